@@ -1,0 +1,85 @@
+//! Drivers map the device model onto one concrete device API.
+//!
+//! A driver knows how the API spells each field when writing and when reading,
+//! which values a device accepts, and how a read-back value is compared. It
+//! never decides whether a command worked: that verdict belongs to the task
+//! state machine, from what the sensor endpoint reports.
+
+pub mod sim;
+
+use crate::model::{Field, FieldSpec, Value};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A device as the API lists it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DeviceInfo {
+    pub id: String,
+    pub name: String,
+    pub kind: String,
+}
+
+/// One sensor reading, in model spelling.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Reading {
+    /// False when the device tells its API it cannot be reached.
+    pub online: bool,
+    /// The writable fields the sensor endpoint reported. A field missing here
+    /// cannot be verified on this device.
+    pub values: BTreeMap<Field, Value>,
+    /// Read-only: the measured room temperature, when reported.
+    pub room_temperature: Option<f64>,
+    /// When the device last reported, as the API says.
+    pub updated_at: Option<String>,
+}
+
+/// What the API said when it took a command. It says nothing about the device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accepted {
+    pub request_id: Option<String>,
+}
+
+/// Why a driver call produced no usable answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DriverError {
+    /// The runner's outbound policy refused the API's address.
+    Denied(String),
+    /// No answer, a timeout or a 5xx: worth retrying later.
+    Unreachable(String),
+    /// The API does not know this device.
+    UnknownDevice(String),
+    /// The API refused our credentials.
+    Unauthorized(String),
+    /// The API refused the request as invalid (4xx).
+    Rejected(String),
+    /// The API answered with something we cannot read.
+    BadResponse(String),
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DriverError::Denied(m) => f.write_str(m),
+            DriverError::Unreachable(m) => write!(f, "device API unreachable: {m}"),
+            DriverError::UnknownDevice(id) => write!(f, "unknown device {id:?}"),
+            DriverError::Unauthorized(m) => write!(f, "device API refused the credentials: {m}"),
+            DriverError::Rejected(m) => write!(f, "device API rejected the request: {m}"),
+            DriverError::BadResponse(m) => write!(f, "device API answered unreadably: {m}"),
+        }
+    }
+}
+
+/// The operations settle needs from a device API.
+pub trait Driver {
+    fn list_devices(&self) -> Result<Vec<DeviceInfo>, DriverError>;
+
+    /// Reads the device's reported state from its sensor endpoint.
+    fn read(&self, device_id: &str) -> Result<Reading, DriverError>;
+
+    /// Sends a command; `Ok` only means the API took it.
+    fn send(&self, device_id: &str, command: &[(Field, Value)]) -> Result<Accepted, DriverError>;
+
+    /// What each writable field accepts on this device and how it compares.
+    fn specs(&self, device_id: &str) -> Result<Vec<FieldSpec>, DriverError>;
+}

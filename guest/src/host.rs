@@ -1,0 +1,281 @@
+//! The only module that calls the runner's imports.
+//!
+//! Everything else in the plugin is plain Rust over plain data, so it can be
+//! unit tested natively; this module turns WIT calls into those plain types.
+
+use crate::bindings::settle::plugin::runner;
+use crate::bindings::wasi::clocks::wall_clock;
+use crate::bindings::wasi::config::store as config;
+use crate::bindings::wasi::http::outgoing_handler;
+use crate::bindings::wasi::http::types::{
+    ErrorCode, Fields, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
+};
+use crate::bindings::wasi::io::streams::StreamError;
+use crate::bindings::wasi::keyvalue::{atomics, batch, store};
+use crate::bindings::wasi::random::random;
+
+pub use runner::Level;
+
+/// Milliseconds since the Unix epoch, from the runner's wall clock.
+pub fn now_ms() -> u64 {
+    let t = wall_clock::now();
+    t.seconds * 1000 + u64::from(t.nanoseconds / 1_000_000)
+}
+
+/// 128 random bits as 32 lower-case hex digits: an opaque task id that is
+/// safe to treat as a bearer handle.
+pub fn random_id() -> String {
+    random::get_random_bytes(16)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A configuration value handed over by the runner, if set.
+pub fn config(key: &str) -> Result<Option<String>, String> {
+    config::get(key).map_err(|e| match e {
+        config::Error::Upstream(m) | config::Error::Io(m) => format!("config {key}: {m}"),
+    })
+}
+
+pub fn log(level: Level, message: &str) {
+    runner::log(level, message);
+}
+
+/// Asks the runner to advance `task_id` at `at_ms`, together with others of
+/// the same group.
+pub fn schedule(task_id: &str, group: &str, at_ms: u64) -> Result<(), String> {
+    runner::schedule(&[runner::Wake {
+        task_id: task_id.to_string(),
+        group: group.to_string(),
+        at_ms,
+    }])
+}
+
+pub fn unschedule(task_ids: &[String]) -> Result<(), String> {
+    runner::unschedule(task_ids)
+}
+
+/// Tells the runner a task changed, so listeners and waiting callers see it.
+pub fn task_changed(view: &crate::bindings::settle::plugin::types::TaskView) {
+    runner::task_changed(view);
+}
+
+/// The tenant's key-value bucket.
+pub struct Kv {
+    bucket: store::Bucket,
+}
+
+/// Attempts at a compare-and-swap before giving up: a write loses the race
+/// only to another write of the same key, so this bounds a pathological loop,
+/// not a normal one.
+const MAX_CAS_ATTEMPTS: usize = 16;
+
+/// What a compare-and-swap update wants to do with the current value.
+pub enum CasUpdate<T> {
+    /// Write this value and return `T`.
+    Write(Vec<u8>, T),
+    /// Leave the key as it is and return `T`.
+    Keep(T),
+}
+
+impl Kv {
+    /// Opens the bucket the runner gives this tenant.
+    pub fn open() -> Result<Kv, String> {
+        let bucket = store::open("default").map_err(kv_error)?;
+        Ok(Kv { bucket })
+    }
+
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        self.bucket.get(key).map_err(kv_error)
+    }
+
+    /// Reads many keys in one round trip; missing keys are `None`.
+    pub fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, String> {
+        let found = batch::get_many(&self.bucket, keys).map_err(kv_error)?;
+        Ok(found.into_iter().map(|e| e.map(|(_, v)| v)).collect())
+    }
+
+    pub fn delete(&self, key: &str) -> Result<(), String> {
+        self.bucket.delete(key).map_err(kv_error)
+    }
+
+    /// Reads `key`, lets `update` decide, and writes only if nobody wrote the
+    /// key in between; retries with the fresh value when somebody did. This is
+    /// what keeps a terminal task terminal when a cancel races a completion.
+    pub fn cas_update<T>(
+        &self,
+        key: &str,
+        mut update: impl FnMut(Option<&[u8]>) -> Result<CasUpdate<T>, String>,
+    ) -> Result<T, String> {
+        let mut cas = atomics::Cas::new(&self.bucket, key).map_err(kv_error)?;
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let current = cas.current().map_err(kv_error)?;
+            match update(current.as_deref())? {
+                CasUpdate::Keep(out) => return Ok(out),
+                CasUpdate::Write(value, out) => match atomics::swap(cas, &value) {
+                    Ok(()) => return Ok(out),
+                    Err(atomics::CasError::CasFailed(fresh)) => cas = fresh,
+                    Err(atomics::CasError::StoreError(e)) => return Err(kv_error(e)),
+                },
+            }
+        }
+        Err(format!(
+            "store: {key} kept changing; gave up after {MAX_CAS_ATTEMPTS} attempts"
+        ))
+    }
+}
+
+fn kv_error(e: store::Error) -> String {
+    match e {
+        store::Error::NoSuchStore => "store: no such bucket".to_string(),
+        store::Error::AccessDenied => "store: access denied".to_string(),
+        store::Error::Other(m) => format!("store: {m}"),
+    }
+}
+
+/// An HTTP request for [`send`].
+pub struct HttpRequest<'a> {
+    pub method: &'a str,
+    pub url: &'a str,
+    pub bearer: Option<&'a str>,
+    pub json_body: Option<Vec<u8>>,
+    pub timeout_ms: u64,
+}
+
+pub struct HttpResponse {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// Why a request produced no response.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HttpError {
+    /// The runner's outbound policy refused the destination.
+    Denied(String),
+    /// The destination did not answer in time.
+    Timeout(String),
+    /// Anything else on the way (refused connection, DNS, protocol).
+    Failed(String),
+}
+
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpError::Denied(m) | HttpError::Timeout(m) | HttpError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Bodies larger than this are cut off with an error: a device API answers in
+/// a few hundred bytes, and the plugin's memory is bounded by the runner.
+const MAX_RESPONSE_BYTES: usize = 1 << 20;
+
+/// The largest write `blocking-write-and-flush` accepts in one call.
+const MAX_WRITE_CHUNK: usize = 4096;
+
+/// Sends one request through `wasi:http` and reads the whole response.
+pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
+    let url = crate::url::Url::parse(request.url).map_err(HttpError::Failed)?;
+    let mut headers: Vec<(String, Vec<u8>)> =
+        vec![("accept".to_string(), b"application/json".to_vec())];
+    if let Some(token) = request.bearer {
+        headers.push((
+            "authorization".to_string(),
+            format!("Bearer {token}").into_bytes(),
+        ));
+    }
+    if request.json_body.is_some() {
+        headers.push(("content-type".to_string(), b"application/json".to_vec()));
+    }
+    let fields = Fields::from_list(&headers)
+        .map_err(|e| HttpError::Failed(format!("building headers: {e:?}")))?;
+    let outgoing = OutgoingRequest::new(fields);
+    let method = match request.method {
+        "GET" => Method::Get,
+        "POST" => Method::Post,
+        "PUT" => Method::Put,
+        "DELETE" => Method::Delete,
+        other => Method::Other(other.to_string()),
+    };
+    let fail = |what: &str| HttpError::Failed(format!("{what} for {}", request.url));
+    outgoing.set_method(&method).map_err(|_| fail("bad method"))?;
+    let scheme = if url.https { Scheme::Https } else { Scheme::Http };
+    outgoing
+        .set_scheme(Some(&scheme))
+        .map_err(|_| fail("bad scheme"))?;
+    outgoing
+        .set_authority(Some(&url.authority))
+        .map_err(|_| fail("bad authority"))?;
+    outgoing
+        .set_path_with_query(Some(&url.path_and_query))
+        .map_err(|_| fail("bad path"))?;
+
+    let options = RequestOptions::new();
+    let timeout_ns = request.timeout_ms.saturating_mul(1_000_000);
+    // Setting a timeout only fails when the runner does not support it; the
+    // request then runs with the runner's defaults.
+    let _ = options.set_connect_timeout(Some(timeout_ns));
+    let _ = options.set_first_byte_timeout(Some(timeout_ns));
+    let _ = options.set_between_bytes_timeout(Some(timeout_ns));
+
+    let body = outgoing.body().map_err(|_| fail("body taken twice"))?;
+    let pending = outgoing_handler::handle(outgoing, Some(options))
+        .map_err(|e| http_error(e, request.url))?;
+    if let Some(bytes) = &request.json_body {
+        let stream = body.write().map_err(|_| fail("body stream"))?;
+        for chunk in bytes.chunks(MAX_WRITE_CHUNK) {
+            stream
+                .blocking_write_and_flush(chunk)
+                .map_err(|e| HttpError::Failed(format!("sending body to {}: {e:?}", request.url)))?;
+        }
+    }
+    OutgoingBody::finish(body, None).map_err(|e| http_error(e, request.url))?;
+
+    pending.subscribe().block();
+    let response = match pending.get() {
+        Some(Ok(Ok(response))) => response,
+        Some(Ok(Err(code))) => return Err(http_error(code, request.url)),
+        Some(Err(())) | None => return Err(fail("response lost")),
+    };
+    let status = response.status();
+    let incoming = response.consume().map_err(|_| fail("response body"))?;
+    let stream = incoming.stream().map_err(|_| fail("response body"))?;
+    let mut body = Vec::new();
+    loop {
+        match stream.blocking_read(64 * 1024) {
+            Ok(chunk) => {
+                body.extend_from_slice(&chunk);
+                if body.len() > MAX_RESPONSE_BYTES {
+                    return Err(HttpError::Failed(format!(
+                        "response from {} is larger than {MAX_RESPONSE_BYTES} bytes",
+                        request.url
+                    )));
+                }
+            }
+            Err(StreamError::Closed) => break,
+            Err(StreamError::LastOperationFailed(e)) => {
+                return Err(HttpError::Failed(format!(
+                    "reading response from {}: {}",
+                    request.url,
+                    e.to_debug_string()
+                )));
+            }
+        }
+    }
+    Ok(HttpResponse { status, body })
+}
+
+fn http_error(code: ErrorCode, url: &str) -> HttpError {
+    match code {
+        ErrorCode::HttpRequestDenied => HttpError::Denied(format!(
+            "outbound request to {url} denied: its origin is not on this tenant's allow-list"
+        )),
+        ErrorCode::ConnectionTimeout
+        | ErrorCode::ConnectionReadTimeout
+        | ErrorCode::ConnectionWriteTimeout
+        | ErrorCode::HttpResponseTimeout => HttpError::Timeout(format!("{url} did not answer in time")),
+        ErrorCode::ConnectionRefused => HttpError::Failed(format!("{url}: connection refused")),
+        other => HttpError::Failed(format!("{url}: {other:?}")),
+    }
+}

@@ -1,0 +1,31 @@
+//! `set_temperature`: a verified setpoint change.
+
+use super::args::Args;
+use super::command::{self, Command};
+use super::{Context, Definition, Failure, Output, TASK_SCHEMA};
+use crate::model::{Field, Value};
+use serde_json::Value as Json;
+
+pub const DEFINITION: Definition = Definition {
+    name: "set_temperature",
+    description: "Set the target temperature in °C. Outside the safe range needs confirm. Returns a verified task.",
+    input_schema: r#"{"type":"object","properties":{"device_id":{"type":"string"},"temperature":{"type":"number","minimum":16,"maximum":30,"multipleOf":0.5},"confirm":{"type":"boolean"}},"required":["device_id","temperature"],"additionalProperties":false}"#,
+    output_schema: TASK_SCHEMA,
+    read_only: false,
+};
+
+pub fn run(ctx: &Context, arguments: &Json) -> Result<Output, Failure> {
+    let args = Args::new(DEFINITION.name, arguments, &["device_id", "temperature", "confirm"])
+        .map_err(Failure::Tool)?;
+    let device_id = args.required_string("device_id").map_err(Failure::Tool)?;
+    let temperature = args.required_number("temperature").map_err(Failure::Tool)?;
+    command::run(
+        ctx,
+        Command {
+            tool: DEFINITION.name,
+            device_id,
+            fields: vec![(Field::TargetTemperature, Value::Number(temperature))],
+            confirm: args.flag("confirm").map_err(Failure::Tool)?,
+        },
+    )
+}
