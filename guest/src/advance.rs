@@ -61,7 +61,10 @@ fn resend(ctx: &Context, record: &TaskRecord) -> Result<(), String> {
         .collect();
     host::log(
         host::Level::Info,
-        &format!("task {}: re-sending a command whose send was not recorded", record.id),
+        &format!(
+            "task {}: re-sending a command whose send was not recorded",
+            record.id
+        ),
     );
     let sent = ctx.driver.send(&record.device_id, &pairs);
     let now = host::now_ms();

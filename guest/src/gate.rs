@@ -96,7 +96,10 @@ mod tests {
         ];
         let r = reasons(&RULES, &command, &readable);
         assert_eq!(r.len(), 1);
-        assert!(r[0].starts_with("vane_horizontal cannot be read back"), "{r:?}");
+        assert!(
+            r[0].starts_with("vane_horizontal cannot be read back"),
+            "{r:?}"
+        );
     }
 
     #[test]

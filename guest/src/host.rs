@@ -199,8 +199,14 @@ pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
         other => Method::Other(other.to_string()),
     };
     let fail = |what: &str| HttpError::Failed(format!("{what} for {}", request.url));
-    outgoing.set_method(&method).map_err(|_| fail("bad method"))?;
-    let scheme = if url.https { Scheme::Https } else { Scheme::Http };
+    outgoing
+        .set_method(&method)
+        .map_err(|_| fail("bad method"))?;
+    let scheme = if url.https {
+        Scheme::Https
+    } else {
+        Scheme::Http
+    };
     outgoing
         .set_scheme(Some(&scheme))
         .map_err(|_| fail("bad scheme"))?;
@@ -225,9 +231,9 @@ pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
     if let Some(bytes) = &request.json_body {
         let stream = body.write().map_err(|_| fail("body stream"))?;
         for chunk in bytes.chunks(MAX_WRITE_CHUNK) {
-            stream
-                .blocking_write_and_flush(chunk)
-                .map_err(|e| HttpError::Failed(format!("sending body to {}: {e:?}", request.url)))?;
+            stream.blocking_write_and_flush(chunk).map_err(|e| {
+                HttpError::Failed(format!("sending body to {}: {e:?}", request.url))
+            })?;
         }
     }
     OutgoingBody::finish(body, None).map_err(|e| http_error(e, request.url))?;
@@ -274,7 +280,9 @@ fn http_error(code: ErrorCode, url: &str) -> HttpError {
         ErrorCode::ConnectionTimeout
         | ErrorCode::ConnectionReadTimeout
         | ErrorCode::ConnectionWriteTimeout
-        | ErrorCode::HttpResponseTimeout => HttpError::Timeout(format!("{url} did not answer in time")),
+        | ErrorCode::HttpResponseTimeout => {
+            HttpError::Timeout(format!("{url} did not answer in time"))
+        }
         ErrorCode::ConnectionRefused => HttpError::Failed(format!("{url}: connection refused")),
         other => HttpError::Failed(format!("{url}: {other:?}")),
     }

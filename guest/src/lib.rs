@@ -51,7 +51,9 @@ impl Guest for Plugin {
                 description: d.description.to_string(),
                 input_schema: d.input_schema.to_string(),
                 output_schema: Some(d.output_schema.to_string()),
-                annotations: d.read_only.then(|| json!({"readOnlyHint": true}).to_string()),
+                annotations: d
+                    .read_only
+                    .then(|| json!({"readOnlyHint": true}).to_string()),
             })
             .collect()
     }

@@ -11,12 +11,27 @@ pub const KEYS: &[(&str, &str)] = &[
     ("device_token", "bearer token for the device API"),
     ("driver", "which API shape to speak: sim"),
     ("ttl_ms", "task lifetime from creation"),
-    ("poll_interval_ms", "time between sensor reads of a waiting task"),
-    ("settle_window_ms", "how long an unchanged device may take before 'not applied'"),
-    ("stable_reads", "reads a different value must hold to be the device's answer"),
+    (
+        "poll_interval_ms",
+        "time between sensor reads of a waiting task",
+    ),
+    (
+        "settle_window_ms",
+        "how long an unchanged device may take before 'not applied'",
+    ),
+    (
+        "stable_reads",
+        "reads a different value must hold to be the device's answer",
+    ),
     ("http_timeout_ms", "timeout of one device API request"),
-    ("safe_min_temperature", "lowest setpoint sent without confirmation"),
-    ("safe_max_temperature", "highest setpoint sent without confirmation"),
+    (
+        "safe_min_temperature",
+        "lowest setpoint sent without confirmation",
+    ),
+    (
+        "safe_max_temperature",
+        "highest setpoint sent without confirmation",
+    ),
 ];
 
 /// Settings with their defaults applied.
@@ -103,7 +118,10 @@ mod tests {
         let s = Settings::from_lookup(lookup(&[("device_api", "http://h:1")])).unwrap();
         assert_eq!(s.timing.ttl_ms, 300_000);
         assert_eq!(s.driver, "sim");
-        assert_eq!((s.safe_min_temperature, s.safe_max_temperature), (18.0, 28.0));
+        assert_eq!(
+            (s.safe_min_temperature, s.safe_max_temperature),
+            (18.0, 28.0)
+        );
     }
 
     #[test]

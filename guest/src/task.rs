@@ -261,7 +261,10 @@ impl TaskRecord {
             at_ms: now_ms,
             request_id,
         };
-        self.set_message(now_ms, "sent; waiting for the device to report the new state".into());
+        self.set_message(
+            now_ms,
+            "sent; waiting for the device to report the new state".into(),
+        );
         true
     }
 
@@ -281,11 +284,7 @@ impl TaskRecord {
 
     /// The command could not be handed to the API.
     pub fn mark_not_sent(&mut self, now_ms: u64, why: &str) -> bool {
-        self.fail(
-            now_ms,
-            FailureReason::NotSent,
-            format!("not sent: {why}"),
-        )
+        self.fail(now_ms, FailureReason::NotSent, format!("not sent: {why}"))
     }
 
     /// A cancel: the task ends at once. The device is not told anything.
@@ -441,7 +440,10 @@ impl TaskRecord {
                 "accepted by the API, only partly applied",
             )
         } else {
-            (FailureReason::NotApplied, "accepted by the API, not applied")
+            (
+                FailureReason::NotApplied,
+                "accepted by the API, not applied",
+            )
         };
         let message = format!(
             "{lead}: {} after {} over {window_s} s",
@@ -703,7 +705,10 @@ mod tests {
         assert_eq!(task.status, Status::Completed);
         let json = task.to_tool_json();
         assert_eq!(json["result"]["sent"]["target_temperature"], json!(24.0));
-        assert_eq!(json["result"]["observed"]["target_temperature"], json!(24.0));
+        assert_eq!(
+            json["result"]["observed"]["target_temperature"],
+            json!(24.0)
+        );
         assert_eq!(json["result"]["reads"], json!(2));
         assert!(task.status_message.contains("after 2 reads"));
     }
@@ -731,8 +736,15 @@ mod tests {
             task.failure.as_ref().unwrap().reason,
             FailureReason::NotApplied
         );
-        assert!(task.status_message.contains("online: false"), "{}", task.status_message);
-        assert!(task.status_message.contains("accepted by the API, not applied"));
+        assert!(
+            task.status_message.contains("online: false"),
+            "{}",
+            task.status_message
+        );
+        assert!(
+            task.status_message
+                .contains("accepted by the API, not applied")
+        );
     }
 
     #[test]
@@ -761,7 +773,10 @@ mod tests {
             task.failure.as_ref().unwrap().reason,
             FailureReason::DifferentValue
         );
-        assert!(task.status_message.contains("target_temperature 28 (sent 30)"));
+        assert!(
+            task.status_message
+                .contains("target_temperature 28 (sent 30)")
+        );
         let json = task.to_tool_json();
         assert_eq!(json["error"]["sent"]["target_temperature"], json!(30.0));
         assert_eq!(json["error"]["observed"]["target_temperature"], json!(28.0));
@@ -811,7 +826,11 @@ mod tests {
         assert_eq!(task.status, Status::Working);
         assert!(task.observe(10_000, Ok(&half)));
         assert_eq!(task.status, Status::Failed);
-        assert!(task.status_message.contains("only partly applied"), "{}", task.status_message);
+        assert!(
+            task.status_message.contains("only partly applied"),
+            "{}",
+            task.status_message
+        );
         let json = task.to_tool_json();
         let verdicts: Vec<&str> = json["error"]["fields"]
             .as_array()
@@ -836,7 +855,11 @@ mod tests {
             "set_fan",
             "ac-living",
             vec![
-                field(Field::FanSpeed, Value::choice("high"), Value::choice("auto")),
+                field(
+                    Field::FanSpeed,
+                    Value::choice("high"),
+                    Value::choice("auto"),
+                ),
                 vane,
             ],
             TIMING,
@@ -861,7 +884,10 @@ mod tests {
         assert_eq!(task.next_wake_ms(300_500), 301_000, "wakes at the deadline");
         assert!(task.observe(301_000, Ok(&temp(24.0))));
         assert_eq!(task.status, Status::Failed);
-        assert_eq!(task.failure.as_ref().unwrap().reason, FailureReason::Expired);
+        assert_eq!(
+            task.failure.as_ref().unwrap().reason,
+            FailureReason::Expired
+        );
     }
 
     #[test]
@@ -894,7 +920,10 @@ mod tests {
         assert!(!task.observe(500, Ok(&temp(24.0))));
         assert_eq!(task.status, Status::Working);
         assert!(task.mark_not_sent(600, "connection refused"));
-        assert_eq!(task.failure.as_ref().unwrap().reason, FailureReason::NotSent);
+        assert_eq!(
+            task.failure.as_ref().unwrap().reason,
+            FailureReason::NotSent
+        );
     }
 
     #[test]

@@ -44,7 +44,11 @@ impl Url {
 
 /// Joins an API base URL and an absolute API path without doubling slashes.
 pub fn join(base: &str, path: &str) -> String {
-    format!("{}/{}", base.trim_end_matches('/'), path.trim_start_matches('/'))
+    format!(
+        "{}/{}",
+        base.trim_end_matches('/'),
+        path.trim_start_matches('/')
+    )
 }
 
 #[cfg(test)]

@@ -60,7 +60,9 @@ pub fn classify_response(status: u16, body: &[u8]) -> Result<Json, DriverError> 
         401 | 403 => Err(DriverError::Unauthorized(format!("{status} {message}"))),
         404 => Err(DriverError::UnknownDevice(message)),
         400..=499 => Err(DriverError::Rejected(format!("{status} {message}"))),
-        _ => Err(DriverError::Unreachable(format!("answered {status} {message}"))),
+        _ => Err(DriverError::Unreachable(format!(
+            "answered {status} {message}"
+        ))),
     }
 }
 
@@ -239,7 +241,10 @@ mod tests {
         let reading = parse_sensors(&body).unwrap();
         assert!(!reading.online);
         assert_eq!(reading.values[&Field::Power], Value::choice("on"));
-        assert_eq!(reading.values[&Field::TargetTemperature], Value::Number(26.0));
+        assert_eq!(
+            reading.values[&Field::TargetTemperature],
+            Value::Number(26.0)
+        );
         assert!(!reading.values.contains_key(&Field::VaneHorizontal));
         assert_eq!(reading.room_temperature, Some(27.4));
     }

@@ -93,15 +93,24 @@ mod tests {
     fn wrong_types_and_missing_values_are_precise() {
         let v = json!({"device_id": 5, "temperature": "hot", "confirm": "yes"});
         let args = Args::new("t", &v, &["device_id", "temperature", "confirm"]).unwrap();
-        assert_eq!(args.required_string("device_id").unwrap_err(), "device_id must be a string, not 5");
+        assert_eq!(
+            args.required_string("device_id").unwrap_err(),
+            "device_id must be a string, not 5"
+        );
         assert_eq!(
             args.required_number("temperature").unwrap_err(),
             "temperature must be a number, not \"hot\""
         );
-        assert_eq!(args.flag("confirm").unwrap_err(), "confirm must be true or false, not \"yes\"");
+        assert_eq!(
+            args.flag("confirm").unwrap_err(),
+            "confirm must be true or false, not \"yes\""
+        );
         let empty = json!({});
         let args = Args::new("t", &empty, &["device_id"]).unwrap();
-        assert_eq!(args.required_string("device_id").unwrap_err(), "device_id is required");
+        assert_eq!(
+            args.required_string("device_id").unwrap_err(),
+            "device_id is required"
+        );
         let err = Args::new("t", &json!([1]), &[]).err().unwrap();
         assert!(err.contains("must be a JSON object"), "{err}");
     }

@@ -78,7 +78,9 @@ pub fn run(ctx: &Context, command: Command<'_>) -> Result<Output, Failure> {
     let states: Vec<FieldState> = states
         .into_iter()
         .map(|mut state| {
-            state.baseline = reading.as_ref().and_then(|r| r.values.get(&state.field).cloned());
+            state.baseline = reading
+                .as_ref()
+                .and_then(|r| r.values.get(&state.field).cloned());
             state.readable = match &readability {
                 Readability::Known(fields) => fields.contains(&state.field),
                 // Confirmed without knowing: watch for it, and let the
@@ -100,8 +102,7 @@ pub fn run(ctx: &Context, command: Command<'_>) -> Result<Output, Failure> {
     // If the runner stops before the send below is recorded, this wake lets
     // the scheduler re-send (commands are absolute, so that is safe). It
     // lies past the send's own timeout so it never races a send in flight.
-    let recovery_wake =
-        now + ctx.settings.http_timeout_ms + ctx.settings.timing.poll_interval_ms;
+    let recovery_wake = now + ctx.settings.http_timeout_ms + ctx.settings.timing.poll_interval_ms;
     ctx.tasks
         .create(&record, recovery_wake)
         .map_err(Failure::Internal)?;
@@ -126,7 +127,7 @@ pub fn run(ctx: &Context, command: Command<'_>) -> Result<Output, Failure> {
         return Err(Failure::Tool(format!("{why}; the command was not applied")));
     }
     record = stored;
-    Ok(Output::Task(record))
+    Ok(Output::Task(Box::new(record)))
 }
 
 /// Checks each value against what the device accepts. Every problem is
@@ -137,7 +138,9 @@ fn validate(
     fields: Vec<(Field, Value)>,
 ) -> Result<Vec<FieldState>, Failure> {
     let specs = ctx.driver.specs(device_id).map_err(|e| {
-        Failure::Tool(format!("could not learn what {device_id} accepts: {e}; nothing was sent"))
+        Failure::Tool(format!(
+            "could not learn what {device_id} accepts: {e}; nothing was sent"
+        ))
     })?;
     let mut problems = Vec::new();
     let mut states = Vec::new();
@@ -175,11 +178,15 @@ fn probe(ctx: &Context, device_id: &str) -> Result<(Option<Reading>, Readability
     match ctx.driver.read(device_id) {
         Ok(reading) => {
             let fields = reading.values.keys().copied().collect();
-            if let Err(e) = ctx
-                .tasks
-                .remember_readable(device_id, reading.values.keys().copied().collect(), host::now_ms())
-            {
-                host::log(host::Level::Warn, &format!("remembering readable fields: {e}"));
+            if let Err(e) = ctx.tasks.remember_readable(
+                device_id,
+                reading.values.keys().copied().collect(),
+                host::now_ms(),
+            ) {
+                host::log(
+                    host::Level::Warn,
+                    &format!("remembering readable fields: {e}"),
+                );
             }
             Ok((Some(reading), Readability::Known(fields)))
         }

@@ -34,7 +34,10 @@ pub fn run(ctx: &Context, arguments: &Json) -> Result<Output, Failure> {
         reading.values.keys().copied().collect(),
         host::now_ms(),
     ) {
-        host::log(host::Level::Warn, &format!("remembering readable fields: {e}"));
+        host::log(
+            host::Level::Warn,
+            &format!("remembering readable fields: {e}"),
+        );
     }
     let state: Map<String, Json> = reading
         .values

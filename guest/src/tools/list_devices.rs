@@ -19,5 +19,8 @@ pub fn run(ctx: &Context, arguments: &Json) -> Result<Output, Failure> {
         .driver
         .list_devices()
         .map_err(|e| Failure::Tool(format!("could not list devices: {e}")))?;
-    Ok(Output::Result(tool_result(&json!({ "devices": devices }), false)))
+    Ok(Output::Result(tool_result(
+        &json!({ "devices": devices }),
+        false,
+    )))
 }

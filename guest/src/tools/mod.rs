@@ -43,13 +43,34 @@ struct Tool {
 
 /// All tools, in the order `tools/list` shows them.
 const TOOLS: [Tool; 7] = [
-    Tool { definition: list_devices::DEFINITION, run: list_devices::run },
-    Tool { definition: get_device_state::DEFINITION, run: get_device_state::run },
-    Tool { definition: set_power_mode::DEFINITION, run: set_power_mode::run },
-    Tool { definition: set_temperature::DEFINITION, run: set_temperature::run },
-    Tool { definition: set_fan::DEFINITION, run: set_fan::run },
-    Tool { definition: get_task::DEFINITION, run: get_task::run },
-    Tool { definition: cancel_task::DEFINITION, run: cancel_task::run },
+    Tool {
+        definition: list_devices::DEFINITION,
+        run: list_devices::run,
+    },
+    Tool {
+        definition: get_device_state::DEFINITION,
+        run: get_device_state::run,
+    },
+    Tool {
+        definition: set_power_mode::DEFINITION,
+        run: set_power_mode::run,
+    },
+    Tool {
+        definition: set_temperature::DEFINITION,
+        run: set_temperature::run,
+    },
+    Tool {
+        definition: set_fan::DEFINITION,
+        run: set_fan::run,
+    },
+    Tool {
+        definition: get_task::DEFINITION,
+        run: get_task::run,
+    },
+    Tool {
+        definition: cancel_task::DEFINITION,
+        run: cancel_task::run,
+    },
 ];
 
 pub fn definitions() -> impl Iterator<Item = &'static Definition> {
@@ -61,7 +82,7 @@ pub enum Output {
     /// A finished `CallToolResult`.
     Result(Json),
     /// A verified command, now a stored task.
-    Task(TaskRecord),
+    Task(Box<TaskRecord>),
 }
 
 /// Why a tool call produced no output.
@@ -123,8 +144,8 @@ mod tests {
     fn every_schema_is_valid_json_with_an_object_root() {
         for d in definitions() {
             for schema in [d.input_schema, d.output_schema] {
-                let v: Json = serde_json::from_str(schema)
-                    .unwrap_or_else(|e| panic!("{}: {e}", d.name));
+                let v: Json =
+                    serde_json::from_str(schema).unwrap_or_else(|e| panic!("{}: {e}", d.name));
                 assert_eq!(v["type"], "object", "{}", d.name);
             }
         }

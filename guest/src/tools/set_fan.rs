@@ -18,7 +18,13 @@ pub fn run(ctx: &Context, arguments: &Json) -> Result<Output, Failure> {
     let args = Args::new(
         DEFINITION.name,
         arguments,
-        &["device_id", "speed", "vane_vertical", "vane_horizontal", "confirm"],
+        &[
+            "device_id",
+            "speed",
+            "vane_vertical",
+            "vane_horizontal",
+            "confirm",
+        ],
     )
     .map_err(Failure::Tool)?;
     let device_id = args.required_string("device_id").map_err(Failure::Tool)?;

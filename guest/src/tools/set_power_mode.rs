@@ -15,8 +15,12 @@ pub const DEFINITION: Definition = Definition {
 };
 
 pub fn run(ctx: &Context, arguments: &Json) -> Result<Output, Failure> {
-    let args = Args::new(DEFINITION.name, arguments, &["device_id", "power", "mode", "confirm"])
-        .map_err(Failure::Tool)?;
+    let args = Args::new(
+        DEFINITION.name,
+        arguments,
+        &["device_id", "power", "mode", "confirm"],
+    )
+    .map_err(Failure::Tool)?;
     let device_id = args.required_string("device_id").map_err(Failure::Tool)?;
     let mut fields = Vec::new();
     choice_field(&args, "power", Field::Power, &mut fields)?;

@@ -15,8 +15,12 @@ pub const DEFINITION: Definition = Definition {
 };
 
 pub fn run(ctx: &Context, arguments: &Json) -> Result<Output, Failure> {
-    let args = Args::new(DEFINITION.name, arguments, &["device_id", "temperature", "confirm"])
-        .map_err(Failure::Tool)?;
+    let args = Args::new(
+        DEFINITION.name,
+        arguments,
+        &["device_id", "temperature", "confirm"],
+    )
+    .map_err(Failure::Tool)?;
     let device_id = args.required_string("device_id").map_err(Failure::Tool)?;
     let temperature = args.required_number("temperature").map_err(Failure::Tool)?;
     command::run(

@@ -1,0 +1,58 @@
+# settle: build, run, test, bench.
+#
+# `make run` and `make test` work on a fresh machine with only a Rust
+# toolchain: they install what they need (the wasm32-wasip2 target; Node
+# packages for the conformance suite) into the toolchain or this repository.
+
+CARGO ?= cargo
+PLUGIN := target/wasm32-wasip2/release/settle_devices.wasm
+SIM_ADDR ?= 127.0.0.1:8081
+HTTP_ADDR ?= 127.0.0.1:8080
+RUN_DIR := .run
+
+.PHONY: all build guest host sim run test lint test-unit test-e2e bench fmt clean wasm-target
+
+all: build
+
+wasm-target:
+	@rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+# The device plugin, as a WASI component.
+guest: wasm-target
+	$(CARGO) build -p settle-devices --target wasm32-wasip2 --release
+
+host:
+	$(CARGO) build --release -p settle -p device-sim
+
+build: guest host
+
+# Starts the simulator and settle (HTTP, embedded store) and prints how to
+# connect a client. Ctrl-C stops both.
+run: build
+	@mkdir -p $(RUN_DIR)
+	@./scripts/run.sh "$(SIM_ADDR)" "$(HTTP_ADDR)" "$(RUN_DIR)"
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# Unit tests of every crate, the guest's pure modules included (native).
+test-unit:
+	$(CARGO) test --workspace --lib --bins
+
+# End-to-end: the real component in the real runtime against the simulator,
+# through real MCP clients.
+test-e2e: guest
+	$(CARGO) test --workspace --exclude settle-devices --test '*'
+
+test: lint test-unit test-e2e
+
+bench: guest
+	$(CARGO) run --release -p settle --example bench
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean
+	rm -rf $(RUN_DIR)

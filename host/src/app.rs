@@ -1,0 +1,248 @@
+//! Wiring: from a validated configuration to a running runner, and an
+//! orderly stop. `main` and the tests both start settle through here.
+
+use crate::cli::ServeArgs;
+use crate::drain::Drain;
+use crate::mcp::http::HttpAccess;
+use crate::mcp::{ServeOptions, Settle};
+use crate::policy::{AllowedOrigin, OutboundPolicy};
+use crate::runtime::Runtime;
+use crate::scheduler::Scheduler;
+use crate::store::Store;
+use crate::tenant::{Limits, Tenant, TenantContext, Tenants};
+use anyhow::{Context, bail};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// The tenant a runner without a tenants file serves.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// How long shutdown waits for calls in flight.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+
+/// One tenant's configuration, checked.
+#[derive(Clone, Debug)]
+pub struct TenantConfig {
+    /// Also the tenant's store namespace.
+    pub name: String,
+    /// The component to load.
+    pub plugin: PathBuf,
+    /// What the plugin reads through `wasi:config`.
+    pub plugin_config: BTreeMap<String, String>,
+    /// Where the plugin may send HTTP requests.
+    pub policy: OutboundPolicy,
+    /// Memory, time and concurrency bounds of its calls.
+    pub limits: Limits,
+}
+
+/// Everything a runner needs, checked.
+pub struct RunnerConfig {
+    /// Where tasks and schedules live.
+    pub store: Store,
+    /// The one tenant served.
+    pub tenant: TenantConfig,
+    /// How MCP requests are answered.
+    pub options: ServeOptions,
+    /// Who may reach the HTTP endpoint.
+    pub access: HttpAccess,
+}
+
+impl RunnerConfig {
+    /// Checks the command line; each problem names the flag.
+    pub fn from_args(args: &ServeArgs) -> anyhow::Result<RunnerConfig> {
+        let device_api = url::Url::parse(&args.device_api)
+            .with_context(|| format!("--device-api {:?} is not a URL", args.device_api))?;
+        if !matches!(device_api.scheme(), "http" | "https") {
+            bail!(
+                "--device-api {:?} must be an http:// or https:// URL",
+                args.device_api
+            );
+        }
+        let origins = if args.allow_outbound.is_empty() {
+            vec![AllowedOrigin::of_url(&args.device_api).context("--device-api")?]
+        } else {
+            args.allow_outbound
+                .iter()
+                .map(|o| AllowedOrigin::parse(o).context("--allow-outbound"))
+                .collect::<anyhow::Result<_>>()?
+        };
+        let mut plugin_config: BTreeMap<String, String> =
+            args.plugin_config.iter().cloned().collect();
+        plugin_config.insert("device_api".into(), args.device_api.clone());
+        if let Some(token) = &args.device_token {
+            plugin_config.insert("device_token".into(), token.clone());
+        }
+        if args.memory_mib == 0 || args.memory_mib << 20 > crate::runtime::MAX_MEMORY_BYTES {
+            bail!(
+                "--memory-mib {} must be between 1 and {}",
+                args.memory_mib,
+                crate::runtime::MAX_MEMORY_BYTES >> 20
+            );
+        }
+        if args.call_timeout_ms == 0 {
+            bail!("--call-timeout-ms must be above 0");
+        }
+        let store = Store::open(&args.store).with_context(|| format!("--store {}", args.store))?;
+        let mut access = HttpAccess::default();
+        access
+            .allowed_hosts
+            .extend(args.allowed_host.iter().cloned());
+        access
+            .allowed_origins
+            .extend(args.allowed_origin.iter().cloned());
+        Ok(RunnerConfig {
+            store,
+            tenant: TenantConfig {
+                name: DEFAULT_TENANT.into(),
+                plugin: args.plugin.clone(),
+                plugin_config,
+                policy: OutboundPolicy::new(origins),
+                limits: Limits {
+                    memory_bytes: args.memory_mib << 20,
+                    call_timeout: Duration::from_millis(args.call_timeout_ms),
+                    ..Limits::default()
+                },
+            },
+            options: ServeOptions {
+                inline_wait: Duration::from_millis(args.inline_wait_ms),
+            },
+            access,
+        })
+    }
+}
+
+/// A started runner: plugin loaded, scheduler running.
+pub struct Runner {
+    settle: Settle,
+    access: HttpAccess,
+    drain: Drain,
+    scheduler_stop: CancellationToken,
+    scheduler: tokio::task::JoinHandle<()>,
+}
+
+impl Runner {
+    /// Loads the plugin (refusing one that does not work), and starts the
+    /// scheduler so that stored tasks carry on.
+    pub async fn start(config: RunnerConfig) -> anyhow::Result<Runner> {
+        let runtime = Arc::new(Runtime::new(config.store)?);
+        let spec = config.tenant;
+        let plugin = runtime.load_plugin(&spec.plugin)?;
+        let context = TenantContext {
+            name: spec.name,
+            plugin_config: spec.plugin_config,
+            policy: spec.policy,
+            limits: spec.limits,
+            events: Default::default(),
+            stats: Default::default(),
+        };
+        let tenants = Arc::new(Tenants::new([Tenant::new(context, plugin)]));
+        let tenant = tenants
+            .get(DEFAULT_TENANT)
+            .expect("the default tenant was just added");
+        // Reading the tool list proves the plugin instantiates and answers.
+        let tools = runtime
+            .list_tools(&tenant)
+            .await
+            .with_context(|| format!("plugin {} failed its first call", spec.plugin.display()))?;
+        tracing::info!(
+            plugin = %spec.plugin.display(),
+            tools = tools.len(),
+            outbound = ?tenant.context.policy.origins().iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "plugin loaded"
+        );
+        let drain = Drain::default();
+        let settle = Settle::new(runtime.clone(), tenant, config.options, drain.clone());
+        let scheduler_stop = CancellationToken::new();
+        let scheduler = tokio::spawn(Scheduler { runtime, tenants }.run(scheduler_stop.clone()));
+        Ok(Runner {
+            settle,
+            access: config.access,
+            drain,
+            scheduler_stop,
+            scheduler,
+        })
+    }
+
+    /// Serves HTTP on `listener` until `shutdown` resolves; then stops taking
+    /// new requests, lets calls in flight finish, and returns.
+    pub async fn serve_http(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let streams = CancellationToken::new();
+        let app = crate::mcp::http::router(self.settle.clone(), &self.access, streams.clone());
+        let stopping = CancellationToken::new();
+        let signal = tokio::spawn({
+            let stopping = stopping.clone();
+            async move {
+                shutdown.await;
+                stopping.cancel();
+            }
+        });
+        // Once stopping: axum takes no new connections and closes idle ones;
+        // calls in flight run to the end; then the long-lived streams (which
+        // would otherwise hold the server open) are ended.
+        let closer = tokio::spawn({
+            let (stopping, drain) = (stopping.clone(), self.drain.clone());
+            async move {
+                stopping.cancelled().await;
+                tracing::info!("shutting down: no new requests; finishing calls in flight");
+                let left = drain.wait_idle(DRAIN_LIMIT).await;
+                if left > 0 {
+                    tracing::warn!(
+                        "{left} calls still running after {DRAIN_LIMIT:?}; stopping anyway"
+                    );
+                }
+                streams.cancel();
+            }
+        });
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stopping.cancelled_owned().await })
+            .await
+            .context("HTTP server")?;
+        signal.abort();
+        let _ = closer.await;
+        self.stop().await;
+        Ok(())
+    }
+
+    /// Serves one stdio client until it closes stdin or `shutdown` resolves.
+    pub async fn serve_stdio<R, W>(
+        self,
+        input: R,
+        output: W,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()>
+    where
+        R: tokio::io::AsyncRead + Unpin + Send + 'static,
+        W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let stop_reading = CancellationToken::new();
+        let watcher = tokio::spawn({
+            let stop_reading = stop_reading.clone();
+            async move {
+                shutdown.await;
+                stop_reading.cancel();
+            }
+        });
+        crate::mcp::stdio::serve(self.settle.clone(), input, output, stop_reading).await?;
+        watcher.abort();
+        self.stop().await;
+        Ok(())
+    }
+
+    async fn stop(self) {
+        let left = self.drain.wait_idle(DRAIN_LIMIT).await;
+        if left > 0 {
+            tracing::warn!("{left} calls still running at exit");
+        }
+        self.scheduler_stop.cancel();
+        let _ = self.scheduler.await;
+        tracing::info!("stopped");
+    }
+}

@@ -1,0 +1,41 @@
+//! `wasi:config`: the tenant's settings for its plugin (device API URL,
+//! token, driver, timing and safety rules), read-only.
+
+use crate::bindings::wasi::config::store as wit;
+use crate::tenant::TenantContext;
+use wasmtime::component::{HasData, Linker};
+
+/// The view the generated `Host` trait is implemented for.
+pub struct ConfigView<'a> {
+    /// Whose settings the plugin reads.
+    pub tenant: &'a TenantContext,
+}
+
+struct HasConfig;
+
+impl HasData for HasConfig {
+    type Data<'a> = ConfigView<'a>;
+}
+
+/// Adds `wasi:config/store` to the linker.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    view: fn(&mut T) -> ConfigView<'_>,
+) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasConfig>(linker, view)
+}
+
+impl wit::Host for ConfigView<'_> {
+    async fn get(&mut self, key: String) -> wasmtime::Result<Result<Option<String>, wit::Error>> {
+        Ok(Ok(self.tenant.plugin_config.get(&key).cloned()))
+    }
+
+    async fn get_all(&mut self) -> wasmtime::Result<Result<Vec<(String, String)>, wit::Error>> {
+        Ok(Ok(self
+            .tenant
+            .plugin_config
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()))
+    }
+}

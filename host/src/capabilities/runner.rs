@@ -1,0 +1,95 @@
+//! `settle:plugin/runner`: scheduling, task change notices and logging.
+
+use crate::bindings::settle::plugin::runner as wit;
+use crate::bindings::settle::plugin::types::TaskView;
+use crate::capabilities::kv::KvCtx;
+use crate::store::Wake;
+use crate::tenant::TenantContext;
+use wasmtime::component::{HasData, Linker};
+
+/// The most wakes one call may schedule: bounds the store work one plugin
+/// call can cause.
+pub const MAX_WAKES_PER_CALL: usize = 10_000;
+
+/// The longest log line kept from a plugin.
+pub const MAX_LOG_LINE: usize = 4096;
+
+/// The view the generated `Host` trait is implemented for.
+pub struct RunnerView<'a> {
+    /// The store and namespace wakes are written to.
+    pub kv: &'a KvCtx,
+    /// Where task changes are published and logs are attributed.
+    pub tenant: &'a TenantContext,
+}
+
+struct HasRunner;
+
+impl HasData for HasRunner {
+    type Data<'a> = RunnerView<'a>;
+}
+
+/// Adds `settle:plugin/runner` to the linker.
+pub fn add_to_linker<T: Send + 'static>(
+    linker: &mut Linker<T>,
+    view: fn(&mut T) -> RunnerView<'_>,
+) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasRunner>(linker, view)
+}
+
+impl wit::Host for RunnerView<'_> {
+    async fn schedule(&mut self, wakes: Vec<wit::Wake>) -> wasmtime::Result<Result<(), String>> {
+        if wakes.len() > MAX_WAKES_PER_CALL {
+            return Ok(Err(format!(
+                "at most {MAX_WAKES_PER_CALL} wakes per call, not {}",
+                wakes.len()
+            )));
+        }
+        let wakes: Vec<Wake> = wakes
+            .into_iter()
+            .map(|w| Wake {
+                task_id: w.task_id,
+                group: w.group,
+                at_ms: w.at_ms,
+            })
+            .collect();
+        Ok(self
+            .kv
+            .store
+            .schedule(&self.kv.namespace, &wakes)
+            .await
+            .map_err(|e| e.to_string()))
+    }
+
+    async fn unschedule(&mut self, task_ids: Vec<String>) -> wasmtime::Result<Result<(), String>> {
+        if task_ids.len() > MAX_WAKES_PER_CALL {
+            return Ok(Err(format!(
+                "at most {MAX_WAKES_PER_CALL} tasks per call, not {}",
+                task_ids.len()
+            )));
+        }
+        Ok(self
+            .kv
+            .store
+            .unschedule(&self.kv.namespace, &task_ids)
+            .await
+            .map_err(|e| e.to_string()))
+    }
+
+    async fn task_changed(&mut self, task: TaskView) -> wasmtime::Result<()> {
+        self.tenant.events.publish(&self.tenant.name, task);
+        Ok(())
+    }
+
+    async fn log(&mut self, level: wit::Level, message: String) -> wasmtime::Result<()> {
+        let message: String = message.chars().take(MAX_LOG_LINE).collect();
+        let tenant = &self.tenant.name;
+        match level {
+            wit::Level::Error => tracing::error!(%tenant, "plugin: {message}"),
+            wit::Level::Warn => tracing::warn!(%tenant, "plugin: {message}"),
+            wit::Level::Info => tracing::info!(%tenant, "plugin: {message}"),
+            wit::Level::Debug => tracing::debug!(%tenant, "plugin: {message}"),
+            wit::Level::Trace => tracing::trace!(%tenant, "plugin: {message}"),
+        }
+        Ok(())
+    }
+}

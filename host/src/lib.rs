@@ -1,0 +1,34 @@
+//! settle's runner: hosts device plugins as WASI components and serves them
+//! to AI agents over MCP.
+//!
+//! # Layout
+//! - [`cli`]: the command line.
+//! - [`app`]: wiring a configuration into a running runner, and stopping it.
+//! - [`mcp`]: the MCP handler (rmcp) and the stdio and HTTP transports.
+//! - [`runtime`]: wasmtime: engine, linker, plugins, one store per call.
+//! - [`bindings`]: the host's only `bindgen!`.
+//! - [`state`]: the per-call store data, and the memory limiter.
+//! - [`capabilities`]: what a plugin may use: key-value, config, runner, HTTP.
+//! - [`policy`]: the outbound allow-list (pure data).
+//! - [`store`]: durable state: plugin data and due times (memory, redb).
+//! - [`scheduler`]: wakes due tasks and calls the plugin's `advance`.
+//! - [`events`]: task change notices for callers waiting inline.
+//! - [`tenant`]: tenants, their settings and limits.
+//! - [`drain`]: counting calls in flight for an orderly shutdown.
+
+#![deny(missing_docs)]
+
+pub mod app;
+#[allow(missing_docs)]
+pub mod bindings;
+pub mod capabilities;
+pub mod cli;
+pub mod drain;
+pub mod events;
+pub mod mcp;
+pub mod policy;
+pub mod runtime;
+pub mod scheduler;
+pub mod state;
+pub mod store;
+pub mod tenant;

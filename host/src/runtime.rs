@@ -1,0 +1,381 @@
+//! wasmtime, narrowed to what settle uses: one `Engine` and one `Linker` for
+//! the whole runner, an `InstancePre` per loaded plugin, and a fresh `Store`
+//! per call with the tenant's memory limit and deadline.
+//!
+//! Nothing outside this module touches `wasmtime::Config`.
+
+use crate::bindings::settle::plugin::types::{
+    CallError, CallOutcome, CallRequest, TaskError, TaskView, Tool,
+};
+use crate::bindings::{DevicePlugin, DevicePluginPre};
+use crate::capabilities;
+use crate::state::{HostState, MemoryLimitExceeded, STDERR_CAPTURE_BYTES};
+use crate::store::Store as StateStore;
+use crate::tenant::Tenant;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+
+/// How often the engine's epoch advances. A call's deadline is counted in
+/// these ticks, so this is also the precision of a deadline.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Plugin instances that may exist at once across all tenants. Bounds the
+/// pooling allocator's reservation; more concurrent calls wait for a slot.
+const MAX_LIVE_INSTANCES: u32 = 1000;
+
+/// The largest linear memory any tenant may be given.
+pub const MAX_MEMORY_BYTES: usize = 1 << 30;
+
+/// Why a plugin call did not return a value. The runner keeps serving in
+/// every case; only this call fails.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Fault {
+    /// The call ran past the tenant's call timeout (an endless loop, or a
+    /// wait that never ended) and was stopped.
+    #[error("plugin call exceeded its deadline of {0:?}")]
+    Deadline(Duration),
+    /// The plugin tried to grow its memory past the tenant's limit (bytes).
+    #[error("plugin exceeded its memory limit of {} MiB", .0 >> 20)]
+    Memory(usize),
+    /// The plugin trapped (a panic, an unreachable, a bad access).
+    #[error("plugin trapped: {0}")]
+    Trap(String),
+    /// No instance could be made (no pool slot, shutdown, a link failure).
+    #[error("plugin could not be instantiated: {0}")]
+    Instantiate(String),
+}
+
+/// Why a plugin was refused at load time.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read plugin {path}: {source}")]
+    Read {
+        /// The plugin path.
+        path: PathBuf,
+        /// Why reading failed.
+        source: std::io::Error,
+    },
+    /// The bytes are not a component wasmtime can compile.
+    #[error("{path} is not a valid WebAssembly component: {message}")]
+    Compile {
+        /// The plugin path.
+        path: PathBuf,
+        /// wasmtime's reason.
+        message: String,
+    },
+    /// The component imports something the runner does not give, or does not
+    /// export the plugin interface.
+    #[error("{path} does not fit the settle:plugin/device-plugin world: {message}")]
+    Interface {
+        /// The plugin path.
+        path: PathBuf,
+        /// wasmtime's reason.
+        message: String,
+    },
+}
+
+impl Plugin {
+    /// The tool list, if it has been read already.
+    pub fn cached_tools(&self) -> Option<&[Tool]> {
+        self.tools.get().map(|t| t.as_slice())
+    }
+}
+
+/// A compiled, linked plugin, ready to instantiate.
+pub struct Plugin {
+    pre: DevicePluginPre<HostState>,
+    /// Where it was loaded from, for logs and errors.
+    pub source: PathBuf,
+    /// The tool list, read once: it must not change while the plugin does not.
+    tools: tokio::sync::OnceCell<Arc<Vec<Tool>>>,
+}
+
+/// The engine, linker and store shared by every plugin and call.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+    store: StateStore,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn engine_config() -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(MAX_LIVE_INSTANCES);
+    // A Rust component holds a few core instances, memories and tables.
+    pool.total_core_instances(MAX_LIVE_INSTANCES * 4);
+    pool.total_memories(MAX_LIVE_INSTANCES * 2);
+    pool.total_tables(MAX_LIVE_INSTANCES * 4);
+    pool.total_stacks(MAX_LIVE_INSTANCES);
+    pool.max_memory_size(MAX_MEMORY_BYTES);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    config
+}
+
+impl Runtime {
+    /// Builds the engine and linker, and starts the epoch ticker.
+    pub fn new(store: StateStore) -> anyhow::Result<Runtime> {
+        let engine = Engine::new(&engine_config())
+            .map_err(|e| anyhow::anyhow!("creating the wasmtime engine: {e}"))?;
+        let mut linker: Linker<HostState> = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| anyhow::anyhow!("linking WASI: {e}"))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
+            .map_err(|e| anyhow::anyhow!("linking wasi:http: {e}"))?;
+        capabilities::kv::add_to_linker(&mut linker, HostState::kv)
+            .map_err(|e| anyhow::anyhow!("linking wasi:keyvalue: {e}"))?;
+        capabilities::config::add_to_linker(&mut linker, HostState::config)
+            .map_err(|e| anyhow::anyhow!("linking wasi:config: {e}"))?;
+        capabilities::runner::add_to_linker(&mut linker, HostState::runner)
+            .map_err(|e| anyhow::anyhow!("linking settle:plugin/runner: {e}"))?;
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let (ticking, stop) = (engine.clone(), ticker_stop.clone());
+        std::thread::Builder::new()
+            .name("settle-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    ticking.increment_epoch();
+                }
+            })?;
+        Ok(Runtime {
+            engine,
+            linker,
+            store,
+            ticker_stop,
+        })
+    }
+
+    /// The store plugins' data and schedules live in.
+    pub fn store(&self) -> &StateStore {
+        &self.store
+    }
+
+    /// Compiles and links a plugin. A file that is not a component, or a
+    /// component that does not fit the world, is refused with the reason.
+    pub fn load_plugin(&self, path: &Path) -> Result<Plugin, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let component = Component::new(&self.engine, &bytes).map_err(|e| LoadError::Compile {
+            path: path.to_path_buf(),
+            message: format!("{e:#}"),
+        })?;
+        let interface = |e: wasmtime::Error| LoadError::Interface {
+            path: path.to_path_buf(),
+            message: format!("{e:#}"),
+        };
+        let pre = self.linker.instantiate_pre(&component).map_err(interface)?;
+        let pre = DevicePluginPre::new(pre).map_err(interface)?;
+        Ok(Plugin {
+            pre,
+            source: path.to_path_buf(),
+            tools: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// A fresh instance of the tenant's current plugin, with its limits.
+    async fn start<'t>(&self, tenant: &'t Tenant) -> Result<Call<'t>, Fault> {
+        // Closed only at shutdown, after which no call starts.
+        let permit = tenant
+            .calls
+            .acquire()
+            .await
+            .map_err(|_| Fault::Instantiate("the runner is shutting down".into()))?;
+        let plugin = tenant.plugin.load_full();
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
+        let state = HostState::new(tenant.context.clone(), self.store.clone(), stderr.clone());
+        let memory_hit = state.limiter.hit.clone();
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let timeout = tenant.context.limits.call_timeout;
+        let ticks = (timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+        let instance = plugin
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| Fault::Instantiate(format!("{e:#}")))?;
+        Ok(Call {
+            store,
+            instance,
+            probe: Probe {
+                tenant,
+                timeout,
+                memory_hit,
+                stderr,
+                _permit: permit,
+            },
+        })
+    }
+
+    /// The plugin's tools, read once per loaded plugin.
+    pub async fn list_tools(&self, tenant: &Tenant) -> Result<Arc<Vec<Tool>>, Fault> {
+        let plugin = tenant.plugin.load_full();
+        plugin
+            .tools
+            .get_or_try_init(|| async {
+                let mut call = self.start(tenant).await?;
+                let exports = call.instance.settle_plugin_plugin();
+                let tools = call
+                    .probe
+                    .guard("list-tools", exports.call_list_tools(&mut call.store))
+                    .await?;
+                Ok(Arc::new(tools))
+            })
+            .await
+            .cloned()
+    }
+
+    /// Runs `call-tool`.
+    pub async fn call_tool(
+        &self,
+        tenant: &Tenant,
+        request: &CallRequest,
+    ) -> Result<Result<CallOutcome, CallError>, Fault> {
+        let mut call = self.start(tenant).await?;
+        let exports = call.instance.settle_plugin_plugin();
+        call.probe
+            .guard(
+                "call-tool",
+                exports.call_call_tool(&mut call.store, request),
+            )
+            .await
+    }
+
+    /// Runs `get-task`.
+    pub async fn get_task(
+        &self,
+        tenant: &Tenant,
+        task_id: &str,
+    ) -> Result<Result<TaskView, TaskError>, Fault> {
+        let mut call = self.start(tenant).await?;
+        let exports = call.instance.settle_plugin_plugin();
+        call.probe
+            .guard("get-task", exports.call_get_task(&mut call.store, task_id))
+            .await
+    }
+
+    /// Runs `update-task`.
+    pub async fn update_task(
+        &self,
+        tenant: &Tenant,
+        task_id: &str,
+        input_responses: &str,
+    ) -> Result<Result<(), TaskError>, Fault> {
+        let mut call = self.start(tenant).await?;
+        let exports = call.instance.settle_plugin_plugin();
+        call.probe
+            .guard(
+                "update-task",
+                exports.call_update_task(&mut call.store, task_id, &input_responses.to_string()),
+            )
+            .await
+    }
+
+    /// Runs `cancel-task`.
+    pub async fn cancel_task(
+        &self,
+        tenant: &Tenant,
+        task_id: &str,
+    ) -> Result<Result<(), TaskError>, Fault> {
+        let mut call = self.start(tenant).await?;
+        let exports = call.instance.settle_plugin_plugin();
+        call.probe
+            .guard(
+                "cancel-task",
+                exports.call_cancel_task(&mut call.store, task_id),
+            )
+            .await
+    }
+
+    /// Runs `advance` for tasks of one group.
+    pub async fn advance(
+        &self,
+        tenant: &Tenant,
+        group: &str,
+        task_ids: &[String],
+    ) -> Result<(), Fault> {
+        let mut call = self.start(tenant).await?;
+        let exports = call.instance.settle_plugin_plugin();
+        call.probe
+            .guard(
+                "advance",
+                exports.call_advance(&mut call.store, group, task_ids),
+            )
+            .await
+    }
+}
+
+/// One call in progress: its store, instance and what judges its end.
+struct Call<'t> {
+    store: Store<HostState>,
+    instance: DevicePlugin,
+    probe: Probe<'t>,
+}
+
+/// What is needed to name how a call ended, kept apart from the store the
+/// call's future borrows.
+struct Probe<'t> {
+    tenant: &'t Tenant,
+    timeout: Duration,
+    memory_hit: Arc<AtomicBool>,
+    stderr: MemoryOutputPipe,
+    _permit: tokio::sync::SemaphorePermit<'t>,
+}
+
+impl Probe<'_> {
+    /// Runs the call under its deadline and turns a failure into a [`Fault`],
+    /// logged with the tenant's name.
+    async fn guard<R>(
+        &self,
+        what: &str,
+        call: impl Future<Output = wasmtime::Result<R>>,
+    ) -> Result<R, Fault> {
+        let fault = match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => return Ok(value),
+            Err(_elapsed) => Fault::Deadline(self.timeout),
+            Ok(Err(error)) => self.classify(&error),
+        };
+        let stderr = String::from_utf8_lossy(&self.stderr.contents())
+            .trim()
+            .to_string();
+        tracing::error!(
+            tenant = %self.tenant.name(),
+            plugin = %self.tenant.plugin.load().source.display(),
+            call = what,
+            stderr = %stderr,
+            "{fault}"
+        );
+        Err(fault)
+    }
+
+    fn classify(&self, error: &wasmtime::Error) -> Fault {
+        if self.memory_hit.load(Ordering::Relaxed)
+            || error.downcast_ref::<MemoryLimitExceeded>().is_some()
+        {
+            return Fault::Memory(self.tenant.context.limits.memory_bytes);
+        }
+        if let Some(wasmtime::Trap::Interrupt) = error.downcast_ref::<wasmtime::Trap>() {
+            return Fault::Deadline(self.timeout);
+        }
+        Fault::Trap(format!("{error:#}"))
+    }
+}

@@ -1,0 +1,127 @@
+//! Drives task progress: claims due tasks from the store, groups them by
+//! tenant and group (the device), and calls the plugin's `advance` once per
+//! group, so every task waiting on a device shares one sensor read.
+//!
+//! Due times live in the store, so after a restart the scheduler simply
+//! carries on. A claimed task is leased: if its advance never reschedules it
+//! (a crash, a trap, a deadline), it comes due again when the lease ends.
+
+use crate::runtime::Runtime;
+use crate::store::Due;
+use crate::tenant::Tenants;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// How long a claimed task belongs to this scheduler before another claim may
+/// take it again. Longer than any call deadline.
+pub const LEASE: Duration = Duration::from_secs(30);
+
+/// The most tasks taken from the store per claim.
+const CLAIM_BATCH: usize = 10_000;
+
+/// The longest the scheduler sleeps before looking at the store again; this
+/// bounds how late a wake scheduled by another process is noticed.
+const MAX_IDLE: Duration = Duration::from_millis(50);
+
+/// Back-off after the store failed.
+const STORE_RETRY: Duration = Duration::from_secs(1);
+
+/// Advances running at once, across tenants.
+const MAX_PARALLEL_ADVANCES: usize = 64;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The scheduler of one runner.
+pub struct Scheduler {
+    /// Runs the plugins' `advance`, and holds the store of due times.
+    pub runtime: Arc<Runtime>,
+    /// Whose plugin advances a due task, by namespace.
+    pub tenants: Arc<Tenants>,
+}
+
+impl Scheduler {
+    /// Runs until `stop` is cancelled; advances in progress then finish.
+    pub async fn run(self, stop: CancellationToken) {
+        let store = self.runtime.store().clone();
+        while !stop.is_cancelled() {
+            let now = now_ms();
+            let next = match store.next_due_ms().await {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::error!("scheduler: {e}; retrying in {STORE_RETRY:?}");
+                    sleep_or_stop(STORE_RETRY, &stop).await;
+                    continue;
+                }
+            };
+            match next {
+                Some(at) if at <= now => {}
+                other => {
+                    let wait = other
+                        .map(|at| Duration::from_millis(at - now))
+                        .unwrap_or(MAX_IDLE)
+                        .min(MAX_IDLE);
+                    sleep_or_stop(wait, &stop).await;
+                    continue;
+                }
+            }
+            let due = match store
+                .claim_due(now, LEASE.as_millis() as u64, CLAIM_BATCH)
+                .await
+            {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::error!("scheduler: {e}; retrying in {STORE_RETRY:?}");
+                    sleep_or_stop(STORE_RETRY, &stop).await;
+                    continue;
+                }
+            };
+            self.advance_all(due).await;
+        }
+    }
+
+    /// Advances every claimed task, one plugin call per (tenant, group).
+    async fn advance_all(&self, due: Vec<Due>) {
+        let mut groups: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+        for d in due {
+            groups
+                .entry((d.namespace, d.group))
+                .or_default()
+                .push(d.task_id);
+        }
+        let mut running = JoinSet::new();
+        for ((namespace, group), task_ids) in groups {
+            let Some(tenant) = self.tenants.get(&namespace) else {
+                tracing::warn!(
+                    tenant = %namespace,
+                    "scheduler: due tasks of a tenant that is not configured; leaving them"
+                );
+                continue;
+            };
+            if running.len() >= MAX_PARALLEL_ADVANCES {
+                running.join_next().await;
+            }
+            let runtime = self.runtime.clone();
+            running.spawn(async move {
+                // A fault is logged by the runtime; the lease retries it.
+                let _ = runtime.advance(&tenant, &group, &task_ids).await;
+            });
+        }
+        while running.join_next().await.is_some() {}
+    }
+}
+
+async fn sleep_or_stop(wait: Duration, stop: &CancellationToken) {
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => {}
+        _ = stop.cancelled() => {}
+    }
+}

@@ -1,0 +1,252 @@
+//! Durable state: the plugins' key-value data and the scheduler's due times.
+//!
+//! Both live in one store so that a restarted runner (or, with a shared
+//! backend, another replica) finds every task and every wake-up where it was
+//! left. Keys are namespaced per tenant here, below the plugin's view: a
+//! plugin can only name keys inside its own namespace.
+
+mod memory;
+mod redb_file;
+
+use memory::MemoryStore;
+use redb_file::RedbStore;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A store failure. The plugin sees it as `wasi:keyvalue` `other(..)`, the
+/// scheduler retries, MCP callers get an internal error that says so.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The backend could not be reached or refused the operation; retrying
+    /// later may work.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A stored value is not what it should be; retrying will not help.
+    #[error("store data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// The result of a store operation.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A request to advance a task at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wake {
+    /// The task, within the plugin's namespace.
+    pub task_id: String,
+    /// Tasks of one group due together are advanced in one call.
+    pub group: String,
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+/// A task whose time has come, claimed for one advance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    /// The tenant whose plugin advances it.
+    pub namespace: String,
+    /// The task, within that namespace.
+    pub task_id: String,
+    /// The group it was scheduled with.
+    pub group: String,
+}
+
+/// The most keys one `list-keys` page returns; bounds a plugin's single call.
+pub const LIST_PAGE: usize = 1000;
+
+/// Where state lives. Cheap to clone; clones share the backend.
+#[derive(Clone)]
+pub struct Store(Backend);
+
+#[derive(Clone)]
+enum Backend {
+    /// Process memory: tests, and runs where losing tasks on exit is fine.
+    Memory(Arc<MemoryStore>),
+    /// One redb file: the default, durable, no server to run.
+    Redb(Arc<RedbStore>),
+}
+
+use Backend::{Memory, Redb};
+
+/// The full key of `key` in `namespace`. Namespaces are tenant names, which
+/// never contain `/`, so no key of one namespace can spell a key of another.
+pub(crate) fn full_key(namespace: &str, key: &str) -> String {
+    format!("{namespace}/{key}")
+}
+
+/// The schedule's name for a task: unique across namespaces.
+pub(crate) fn task_ref(namespace: &str, task_id: &str) -> String {
+    format!("{namespace}/{task_id}")
+}
+
+pub(crate) fn split_task_ref(task_ref: &str) -> Option<(&str, &str)> {
+    task_ref.split_once('/')
+}
+
+impl Store {
+    /// A store in process memory, empty.
+    pub fn memory() -> Store {
+        Store(Memory(Arc::new(MemoryStore::default())))
+    }
+
+    /// Opens (or creates) a redb file.
+    pub fn open_file(path: &Path) -> StoreResult<Store> {
+        Ok(Store(Redb(Arc::new(RedbStore::open(path)?))))
+    }
+
+    /// Chooses a backend from a `--store` value: `memory`, or a file path.
+    pub fn open(spec: &str) -> StoreResult<Store> {
+        if spec == "memory" {
+            Ok(Store::memory())
+        } else {
+            Store::open_file(Path::new(spec))
+        }
+    }
+
+    /// The value of `key` in namespace `ns`.
+    pub async fn get(&self, ns: &str, key: &str) -> StoreResult<Option<Vec<u8>>> {
+        match &self.0 {
+            Memory(m) => Ok(m.get(&full_key(ns, key))),
+            Redb(r) => r.get(full_key(ns, key)).await,
+        }
+    }
+
+    /// Several values in one round trip, in the order of `keys`.
+    pub async fn get_many(&self, ns: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
+        let keys: Vec<String> = keys.iter().map(|k| full_key(ns, k)).collect();
+        match &self.0 {
+            Memory(m) => Ok(keys.iter().map(|k| m.get(k)).collect()),
+            Redb(r) => r.get_many(keys).await,
+        }
+    }
+
+    /// Writes a value; durable when this returns (file backend).
+    pub async fn set(&self, ns: &str, key: &str, value: Vec<u8>) -> StoreResult<()> {
+        match &self.0 {
+            Memory(m) => {
+                m.set(full_key(ns, key), value);
+                Ok(())
+            }
+            Redb(r) => r.set(full_key(ns, key), value).await,
+        }
+    }
+
+    /// Removes a key; removing a missing key is not an error.
+    pub async fn delete(&self, ns: &str, key: &str) -> StoreResult<()> {
+        match &self.0 {
+            Memory(m) => {
+                m.delete(&full_key(ns, key));
+                Ok(())
+            }
+            Redb(r) => r.delete(full_key(ns, key)).await,
+        }
+    }
+
+    /// Up to [`LIST_PAGE`] keys of `ns` after `cursor` (exclusive), and the
+    /// cursor of the next page if there is one.
+    pub async fn list_keys(
+        &self,
+        ns: &str,
+        cursor: Option<String>,
+    ) -> StoreResult<(Vec<String>, Option<String>)> {
+        let prefix = full_key(ns, "");
+        let start = match &cursor {
+            Some(c) => full_key(ns, c),
+            None => prefix.clone(),
+        };
+        let full = match &self.0 {
+            Memory(m) => m.keys_after(&prefix, &start, cursor.is_some(), LIST_PAGE + 1),
+            Redb(r) => {
+                r.keys_after(prefix.clone(), start, cursor.is_some(), LIST_PAGE + 1)
+                    .await?
+            }
+        };
+        let mut keys: Vec<String> = full
+            .into_iter()
+            .map(|k| k[prefix.len()..].to_string())
+            .collect();
+        let next = if keys.len() > LIST_PAGE {
+            keys.truncate(LIST_PAGE);
+            keys.last().cloned()
+        } else {
+            None
+        };
+        Ok((keys, next))
+    }
+
+    /// Writes `new` only if the key still holds `expected` (`None`: absent).
+    /// Returns whether it wrote.
+    pub async fn compare_and_swap(
+        &self,
+        ns: &str,
+        key: &str,
+        expected: Option<Vec<u8>>,
+        new: Vec<u8>,
+    ) -> StoreResult<bool> {
+        match &self.0 {
+            Memory(m) => Ok(m.compare_and_swap(full_key(ns, key), expected.as_deref(), new)),
+            Redb(r) => r.compare_and_swap(full_key(ns, key), expected, new).await,
+        }
+    }
+
+    /// Adds `delta` to a decimal integer value (absent counts as 0).
+    pub async fn increment(&self, ns: &str, key: &str, delta: i64) -> StoreResult<i64> {
+        match &self.0 {
+            Memory(m) => m.increment(full_key(ns, key), delta),
+            Redb(r) => r.increment(full_key(ns, key), delta).await,
+        }
+    }
+
+    /// Sets (or moves) the wake-up of each task.
+    pub async fn schedule(&self, ns: &str, wakes: &[Wake]) -> StoreResult<()> {
+        match &self.0 {
+            Memory(m) => {
+                m.schedule(ns, wakes);
+                Ok(())
+            }
+            Redb(r) => r.schedule(ns.to_string(), wakes.to_vec()).await,
+        }
+    }
+
+    /// Removes the wake-ups of these tasks.
+    pub async fn unschedule(&self, ns: &str, task_ids: &[String]) -> StoreResult<()> {
+        match &self.0 {
+            Memory(m) => {
+                m.unschedule(ns, task_ids);
+                Ok(())
+            }
+            Redb(r) => r.unschedule(ns.to_string(), task_ids.to_vec()).await,
+        }
+    }
+
+    /// Takes up to `limit` tasks due at `now_ms` and moves each one's wake to
+    /// `now_ms + lease_ms`: if the advance never reschedules it (a crash, a
+    /// trap), it comes due again when the lease runs out.
+    pub async fn claim_due(
+        &self,
+        now_ms: u64,
+        lease_ms: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<Due>> {
+        match &self.0 {
+            Memory(m) => Ok(m.claim_due(now_ms, lease_ms, limit)),
+            Redb(r) => r.claim_due(now_ms, lease_ms, limit).await,
+        }
+    }
+
+    /// When the earliest wake is, if any.
+    pub async fn next_due_ms(&self) -> StoreResult<Option<u64>> {
+        match &self.0 {
+            Memory(m) => Ok(m.next_due_ms()),
+            Redb(r) => r.next_due_ms().await,
+        }
+    }
+
+    /// A cheap round trip, for readiness checks.
+    pub async fn ping(&self) -> StoreResult<()> {
+        self.next_due_ms().await.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests;

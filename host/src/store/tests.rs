@@ -1,0 +1,163 @@
+//! The same contract, checked against every backend.
+
+use super::*;
+
+async fn backends() -> Vec<(&'static str, Store, Option<tempfile::TempDir>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = Store::open_file(&dir.path().join("s.redb")).unwrap();
+    vec![("memory", Store::memory(), None), ("redb", file, Some(dir))]
+}
+
+#[tokio::test]
+async fn compare_and_swap_writes_only_over_the_expected_value() {
+    for (name, store, _dir) in backends().await {
+        assert!(
+            store
+                .compare_and_swap("t", "k", None, b"1".to_vec())
+                .await
+                .unwrap(),
+            "{name}"
+        );
+        assert!(
+            !store
+                .compare_and_swap("t", "k", None, b"2".to_vec())
+                .await
+                .unwrap(),
+            "{name}"
+        );
+        assert!(
+            !store
+                .compare_and_swap("t", "k", Some(b"0".to_vec()), b"2".to_vec())
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .compare_and_swap("t", "k", Some(b"1".to_vec()), b"2".to_vec())
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            store.get("t", "k").await.unwrap(),
+            Some(b"2".to_vec()),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn namespaces_do_not_see_each_other() {
+    for (name, store, _dir) in backends().await {
+        store.set("alice", "task/1", b"a".to_vec()).await.unwrap();
+        assert_eq!(store.get("bob", "task/1").await.unwrap(), None, "{name}");
+        let (keys, _) = store.list_keys("bob", None).await.unwrap();
+        assert!(keys.is_empty(), "{name}");
+        let (keys, next) = store.list_keys("alice", None).await.unwrap();
+        assert_eq!(keys, ["task/1"], "{name}");
+        assert_eq!(next, None);
+    }
+}
+
+#[tokio::test]
+async fn list_keys_pages_with_a_cursor() {
+    for (name, store, _dir) in backends().await {
+        for i in 0..(LIST_PAGE + 5) {
+            store.set("t", &format!("k{i:05}"), vec![]).await.unwrap();
+        }
+        store.set("u", "k0", vec![]).await.unwrap();
+        let (first, cursor) = store.list_keys("t", None).await.unwrap();
+        assert_eq!(first.len(), LIST_PAGE, "{name}");
+        let (rest, end) = store.list_keys("t", cursor).await.unwrap();
+        assert_eq!(rest.len(), 5, "{name}");
+        assert_eq!(end, None, "{name}");
+        assert_eq!(rest[0], format!("k{:05}", LIST_PAGE));
+    }
+}
+
+#[tokio::test]
+async fn increment_counts_and_rejects_non_numbers() {
+    for (name, store, _dir) in backends().await {
+        assert_eq!(store.increment("t", "c", 5).await.unwrap(), 5, "{name}");
+        assert_eq!(store.increment("t", "c", -2).await.unwrap(), 3, "{name}");
+        store.set("t", "x", b"abc".to_vec()).await.unwrap();
+        assert!(matches!(
+            store.increment("t", "x", 1).await,
+            Err(StoreError::Corrupt(_))
+        ));
+    }
+}
+
+fn wake(id: &str, group: &str, at_ms: u64) -> Wake {
+    Wake {
+        task_id: id.into(),
+        group: group.into(),
+        at_ms,
+    }
+}
+
+#[tokio::test]
+async fn due_tasks_are_claimed_in_time_order_and_leased() {
+    for (name, store, _dir) in backends().await {
+        store
+            .schedule(
+                "t",
+                &[
+                    wake("a", "dev1", 100),
+                    wake("b", "dev1", 50),
+                    wake("c", "dev2", 500),
+                ],
+            )
+            .await
+            .unwrap();
+        // Rescheduling moves a task rather than adding a second wake.
+        store.schedule("t", &[wake("a", "dev1", 60)]).await.unwrap();
+        assert_eq!(store.next_due_ms().await.unwrap(), Some(50), "{name}");
+        let due = store.claim_due(100, 1_000, 10).await.unwrap();
+        let ids: Vec<&str> = due.iter().map(|d| d.task_id.as_str()).collect();
+        assert_eq!(ids, ["b", "a"], "{name}");
+        assert_eq!(due[0].group, "dev1");
+        assert_eq!(due[0].namespace, "t");
+        // Claimed tasks are leased, not gone: they come back when it ends.
+        assert!(
+            store.claim_due(200, 1_000, 10).await.unwrap().is_empty(),
+            "{name}"
+        );
+        assert_eq!(
+            store.claim_due(1_100, 1_000, 10).await.unwrap().len(),
+            3,
+            "{name}"
+        );
+        store
+            .unschedule("t", &["a".into(), "b".into(), "c".into()])
+            .await
+            .unwrap();
+        assert_eq!(store.next_due_ms().await.unwrap(), None, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn claim_respects_its_limit() {
+    for (name, store, _dir) in backends().await {
+        let wakes: Vec<Wake> = (0..10).map(|i| wake(&format!("t{i}"), "g", i)).collect();
+        store.schedule("n", &wakes).await.unwrap();
+        assert_eq!(
+            store.claim_due(100, 10, 4).await.unwrap().len(),
+            4,
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn redb_keeps_data_and_schedule_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    {
+        let store = Store::open_file(&path).unwrap();
+        store.set("t", "k", b"v".to_vec()).await.unwrap();
+        store.schedule("t", &[wake("a", "g", 42)]).await.unwrap();
+    }
+    let store = Store::open_file(&path).unwrap();
+    assert_eq!(store.get("t", "k").await.unwrap(), Some(b"v".to_vec()));
+    assert_eq!(store.next_due_ms().await.unwrap(), Some(42));
+}
