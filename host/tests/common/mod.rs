@@ -1,0 +1,212 @@
+//! What the end-to-end tests share: the real plugin, the simulator on
+//! loopback, settle served in-process or as the real binary, and rmcp as an
+//! independent MCP client.
+
+#![allow(dead_code)]
+
+use clap::Parser;
+use device_sim::{RunningSim, SimConfig};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    Implementation, ProtocolVersion,
+};
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
+use serde_json::{Value, json};
+use settle::app::{Runner, RunnerConfig};
+use settle::cli::{Cli, Command};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Generous: CI machines are slow, and a deadline only bounds a failure.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The device plugin `make guest` builds.
+pub fn plugin_path() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let path = target.join("wasm32-wasip2/release/settle_devices.wasm");
+    assert!(
+        path.exists(),
+        "{} is missing: run `make guest` (or `make test`, which builds it) first",
+        path.display()
+    );
+    path
+}
+
+/// The simulator with the given actuation delay.
+pub async fn sim(delay: Duration) -> RunningSim {
+    device_sim::spawn(SimConfig {
+        delay,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("simulator starts")
+}
+
+/// Plugin settings that keep tests quick: frequent reads, a short window
+/// before "not applied".
+pub const FAST: &str = "poll_interval_ms=200,settle_window_ms=2500";
+
+/// settle serving HTTP in this process.
+pub struct Server {
+    pub url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Server {
+    /// Stops it the way SIGTERM does and waits for it to finish.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(DEADLINE, &mut self.task)
+            .await
+            .expect("server stops in time")
+            .expect("server task")
+            .expect("server ran cleanly");
+    }
+}
+
+/// `settle serve` arguments, checked as the binary would.
+pub fn config(extra: &[&str]) -> RunnerConfig {
+    let plugin = plugin_path();
+    let mut argv = vec!["settle", "serve", "--plugin", plugin.to_str().unwrap(), "--store", "memory"];
+    argv.extend_from_slice(extra);
+    let Cli {
+        command: Command::Serve(args),
+    } = Cli::try_parse_from(&argv).expect("test arguments parse");
+    RunnerConfig::from_args(&args).expect("test configuration is valid")
+}
+
+/// Starts settle over HTTP on 127.0.0.1:0 with `extra` arguments.
+pub async fn serve_http(extra: &[&str]) -> Server {
+    serve_http_config(config(extra)).await
+}
+
+pub async fn serve_http_config(config: RunnerConfig) -> Server {
+    let runner = Runner::start(config).await.expect("runner starts");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(runner.serve_http(listener, async move {
+        let _ = stopped.await;
+    }));
+    Server {
+        url,
+        stop: Some(stop),
+        task,
+    }
+}
+
+/// Client capabilities a test declares.
+#[derive(Clone, Copy, Default)]
+pub struct Declares {
+    pub tasks: bool,
+    pub elicitation: bool,
+}
+
+fn client_info(declares: Declares) -> ClientConfig {
+    let mut caps = ClientCapabilities::builder().build();
+    if declares.tasks {
+        caps = ClientCapabilities::builder().enable_tasks().build();
+    }
+    if declares.elicitation {
+        caps.elicitation = Some(Default::default());
+    }
+    ClientConfig::new(caps, Implementation::new("settle-tests", "0"))
+}
+
+pub type Client = RunningService<RoleClient, ClientConfig>;
+
+/// A 2026-07-28 (stateless) rmcp client over HTTP.
+pub async fn modern_http_client(url: &str, declares: Declares) -> Client {
+    let transport = StreamableHttpClientTransport::from_uri(url.to_string());
+    client_info(declares)
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .expect("client connects")
+}
+
+/// A legacy (`initialize`, 2025-11-25) rmcp client over HTTP.
+pub async fn legacy_http_client(url: &str) -> Client {
+    let transport = StreamableHttpClientTransport::from_uri(url.to_string());
+    client_info(Declares::default())
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+        .serve(transport)
+        .await
+        .expect("legacy client connects")
+}
+
+pub fn args(value: Value) -> serde_json::Map<String, Value> {
+    value.as_object().expect("arguments are an object").clone()
+}
+
+/// One `tools/call`, as the client received it.
+pub async fn call(client: &Client, tool: &str, arguments: Value) -> CallToolResponse {
+    client
+        .call_tool_once(CallToolRequestParams::new(tool.to_string()).with_arguments(args(arguments)))
+        .await
+        .unwrap_or_else(|e| panic!("{tool} call failed at the protocol level: {e}"))
+}
+
+/// A finished tool result, or a panic naming what came instead.
+pub fn complete(response: CallToolResponse) -> CallToolResult {
+    match response {
+        CallToolResponse::Complete(result) => result,
+        other => panic!("expected a complete tool result, got {other:?}"),
+    }
+}
+
+/// The structured content of a successful result.
+pub fn structured(result: &CallToolResult) -> Value {
+    assert_ne!(result.is_error, Some(true), "tool error: {result:?}");
+    result
+        .structured_content
+        .clone()
+        .unwrap_or_else(|| panic!("no structuredContent in {result:?}"))
+}
+
+/// The text of a tool error.
+pub fn error_text(result: &CallToolResult) -> String {
+    assert_eq!(result.is_error, Some(true), "expected a tool error: {result:?}");
+    serde_json::to_value(&result.content)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["text"].as_str().map(str::to_string))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Polls `get_task` until the task ends, and returns its last view.
+pub async fn wait_for_end(client: &Client, task_id: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let task = structured(&complete(call(client, "get_task", json!({"task_id": task_id})).await));
+        if matches!(task["status"].as_str(), Some("completed" | "failed" | "cancelled")) {
+            return task;
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "task {task_id} did not end within {DEADLINE:?}: {task}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Control and sensor request counts the simulator saw for a device.
+pub fn sim_counts(sim: &RunningSim, device: &str) -> (u64, u64) {
+    let stats = sim.sim().stats();
+    let d = &stats.devices[device];
+    (d.control, d.sensor)
+}
