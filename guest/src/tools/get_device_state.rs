@@ -9,9 +9,9 @@ use serde_json::{Map, Value as Json, json};
 
 pub const DEFINITION: Definition = Definition {
     name: "get_device_state",
-    description: "Read a device's sensors: its reported state, and which fields can be read back.",
-    input_schema: r#"{"type":"object","properties":{"device_id":{"type":"string"}},"required":["device_id"],"additionalProperties":false}"#,
-    output_schema: r#"{"type":"object","properties":{"deviceId":{"type":"string"},"online":{"type":"boolean"},"state":{"type":"object"},"readable":{"type":"array"}},"required":["deviceId","online","state","readable"]}"#,
+    description: "Read a device's sensors: the state it reports, and which fields can be read back.",
+    input_schema: r#"{"type":"object","properties":{"device_id":{"type":"string"}},"required":["device_id"]}"#,
+    output_schema: r#"{"type":"object","properties":{"online":{"type":"boolean"},"state":{"type":"object"}},"required":["online","state"]}"#,
     read_only: true,
 };
 

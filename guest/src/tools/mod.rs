@@ -30,10 +30,10 @@ pub struct Definition {
 }
 
 /// The output schema every tool that returns a task shares.
-pub(crate) const TASK_SCHEMA: &str = r#"{"type":"object","properties":{"taskId":{"type":"string"},"status":{"enum":["working","input_required","completed","failed","cancelled"]},"statusMessage":{"type":"string"}},"required":["taskId","status"]}"#;
+pub(crate) const TASK_SCHEMA: &str = r#"{"type":"object","properties":{"taskId":{"type":"string"},"status":{"type":"string"}},"required":["taskId","status"]}"#;
 
 /// The input schema of the tools that take a task id.
-pub(crate) const TASK_ID_SCHEMA: &str = r#"{"type":"object","properties":{"task_id":{"type":"string"}},"required":["task_id"],"additionalProperties":false}"#;
+pub(crate) const TASK_ID_SCHEMA: &str = r#"{"type":"object","properties":{"task_id":{"type":"string"}},"required":["task_id"]}"#;
 
 /// A tool: its definition and the function that runs it.
 struct Tool {

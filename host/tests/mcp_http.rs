@@ -1,0 +1,248 @@
+//! MCP over Streamable HTTP: both protocol eras, the tasks extension,
+//! malformed messages, and the HTTP-level rules (Host, Origin, methods).
+
+mod common;
+
+use common::*;
+use rmcp::model::{CallToolResponse, CancelTaskParams, GetTaskParams, TaskStatus};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const MODERN: &str = "2026-07-28";
+
+fn meta(tasks: bool) -> Value {
+    let caps = if tasks {
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        json!({})
+    };
+    json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": caps,
+    })
+}
+
+/// POSTs one raw message with the headers a modern client sends, and
+/// returns the status and the JSON-RPC message (from JSON or SSE).
+async fn post(url: &str, body: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("request reaches settle");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    let json = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data:").map(str::trim))
+        .filter(|d| !d.is_empty())
+        .and_then(|d| serde_json::from_str(d).ok())
+        .or_else(|| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::String(text));
+    (status, json)
+}
+
+/// A well-formed modern request with its required headers.
+async fn request(url: &str, id: u64, method: &str, params: Value, name: Option<&str>) -> (u16, Value) {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+    let mut headers = vec![("mcp-protocol-version", MODERN), ("mcp-method", method)];
+    if let Some(name) = name {
+        headers.push(("mcp-name", name));
+    }
+    post(url, &body, &headers).await
+}
+
+async fn setup(delay_ms: u64, extra: &[&str]) -> (device_sim::RunningSim, Server) {
+    let sim = sim(Duration::from_millis(delay_ms)).await;
+    let api = sim.base_url();
+    let mut argv = vec!["--device-api", api.as_str(), "--plugin-config", FAST];
+    argv.extend_from_slice(extra);
+    (sim, serve_http(&argv).await)
+}
+
+#[tokio::test]
+async fn malformed_messages_get_json_rpc_errors_and_the_server_keeps_serving() {
+    let (_sim, server) = setup(100, &[]).await;
+    let (status, body) = post(&server.url, "{\"jsonrpc\": \"2.0\", \"id\": 1,", &[]).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], -32700, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().starts_with("Parse error"));
+
+    let (status, body) = post(&server.url, r#"{"jsonrpc":"2.0","id":5}"#, &[]).await;
+    assert_eq!((status, body["error"]["code"].clone()), (400, json!(-32600)), "{body}");
+    assert_eq!(body["id"], 5);
+
+    let (status, body) = post(&server.url, r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#, &[]).await;
+    assert_eq!(status, 400);
+    assert!(body["error"]["message"].as_str().unwrap().contains("batches"), "{body}");
+
+    // tools/call without a name: malformed params, not an unknown method.
+    let (_, body) = request(&server.url, 6, "tools/call", json!({"_meta": meta(false)}), None).await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+
+    // Still serving.
+    let (status, body) = request(&server.url, 7, "tools/list", json!({"_meta": meta(false)}), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["tools"].as_array().unwrap().len(), 7);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn protocol_errors_use_the_2026_07_28_codes() {
+    let (_sim, server) = setup(100, &[]).await;
+    let (status, body) = request(
+        &server.url,
+        1,
+        "tools/call",
+        json!({"name": "no_such_tool", "arguments": {}, "_meta": meta(false)}),
+        Some("no_such_tool"),
+    )
+    .await;
+    assert_eq!(body["error"]["code"], -32602, "{status} {body}");
+
+    let mut old = meta(false);
+    old["io.modelcontextprotocol/protocolVersion"] = json!("1900-01-01");
+    let body_text = json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta": old}}).to_string();
+    let (status, body) = post(&server.url, &body_text, &[("mcp-protocol-version", "1900-01-01"), ("mcp-method", "tools/list")]).await;
+    assert_eq!(status, 400);
+    assert!(body.to_string().contains("1900-01-01"), "{body}");
+
+    // A header that disagrees with the body.
+    let body_text = json!({"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta": meta(false)}}).to_string();
+    let (status, body) = post(&server.url, &body_text, &[("mcp-protocol-version", MODERN), ("mcp-method", "tools/call")]).await;
+    assert_eq!((status, body["error"]["code"].clone()), (400, json!(-32020)), "{body}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn foreign_hosts_and_origins_are_refused() {
+    let (_sim, server) = setup(100, &[]).await;
+    let list = json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta": meta(false)}}).to_string();
+    let modern = [("mcp-protocol-version", MODERN), ("mcp-method", "tools/list")];
+
+    let mut headers = modern.to_vec();
+    headers.push(("host", "evil.example"));
+    let (status, _) = post(&server.url, &list, &headers).await;
+    assert_eq!(status, 403, "a foreign Host (DNS rebinding) must be refused");
+
+    let mut headers = modern.to_vec();
+    headers.push(("origin", "http://evil.example"));
+    let (status, _) = post(&server.url, &list, &headers).await;
+    assert_eq!(status, 403, "a foreign Origin must be refused");
+
+    let mut headers = modern.to_vec();
+    headers.push(("origin", "http://localhost:3000"));
+    let (status, _) = post(&server.url, &list, &headers).await;
+    assert_eq!(status, 200, "a local Origin is fine");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn get_on_the_endpoint_is_not_allowed_for_modern_clients() {
+    let (_sim, server) = setup(100, &[]).await;
+    let response = reqwest::Client::new()
+        .get(&server.url)
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", MODERN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 405);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_legacy_initialize_client_is_served_on_the_same_endpoint() {
+    let (_sim, server) = setup(100, &["--inline-wait-ms", "10000"]).await;
+    let client = legacy_http_client(&server.url).await;
+    let version = client.peer_info().map(|i| i.protocol_version.to_string());
+    assert_eq!(version.as_deref(), Some("2025-11-25"));
+    let tools = client.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 7);
+    let task = structured(&complete(
+        call(&client, "set_temperature", json!({"device_id": "ac-living", "temperature": 25})).await,
+    ));
+    assert_eq!(task["status"], "completed", "{task}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn tools_list_fits_the_size_budget() {
+    let (_sim, server) = setup(100, &[]).await;
+    let (_, body) = request(&server.url, 1, "tools/list", json!({"_meta": meta(false)}), None).await;
+    let bytes = serde_json::to_vec(&body["result"]).unwrap().len();
+    assert!(bytes <= 3_000, "the tools/list result is {bytes} bytes; the budget is 3,000");
+    let tools = &body["result"]["tools"];
+    for tool in tools.as_array().unwrap() {
+        assert!(tool["outputSchema"].is_object(), "{} has no outputSchema", tool["name"]);
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_task_aware_client_gets_a_task_and_follows_it_with_tasks_get() {
+    let (_sim, server) = setup(1_000, &["--inline-wait-ms", "0"]).await;
+    let client = modern_http_client(&server.url, Declares { tasks: true, ..Default::default() }).await;
+    let created = match call(&client, "set_temperature", json!({"device_id": "ac-living", "temperature": 24})).await {
+        CallToolResponse::Task(created) => created,
+        other => panic!("expected a CreateTaskResult, got {other:?}"),
+    };
+    let id = created.task.task_id.clone();
+    assert_eq!(created.task.status, TaskStatus::Working);
+    let started = Instant::now();
+    let done = loop {
+        let got = client.get_task(GetTaskParams::new(id.clone())).await.unwrap();
+        if got.task.status().is_terminal() {
+            break got;
+        }
+        assert!(started.elapsed() < DEADLINE);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(done.task.status(), TaskStatus::Completed);
+    let wire = serde_json::to_value(&done).unwrap();
+    assert_eq!(wire["resultType"], "complete");
+    assert_eq!(wire["result"]["structuredContent"]["result"]["observed"]["target_temperature"], json!(24.0), "{wire}");
+
+    // Cancelling an ended task is acknowledged and changes nothing.
+    client.cancel_task(CancelTaskParams::new(id.clone())).await.unwrap();
+    let still = client.get_task(GetTaskParams::new(id)).await.unwrap();
+    assert_eq!(still.task.status(), TaskStatus::Completed);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn tasks_methods_need_the_extension_and_a_known_id() {
+    let (_sim, server) = setup(100, &[]).await;
+    let unknown = "0123456789abcdef0123456789abcdef";
+    let (status, body) = request(&server.url, 1, "tasks/get", json!({"taskId": unknown, "_meta": meta(false)}), Some(unknown)).await;
+    assert_eq!((status, body["error"]["code"].clone()), (400, json!(-32021)), "{body}");
+
+    let (_, body) = request(&server.url, 2, "tasks/get", json!({"taskId": unknown, "_meta": meta(true)}), Some(unknown)).await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("Task not found"), "{body}");
+
+    // Mcp-Name must carry the task id.
+    let (status, body) = request(&server.url, 3, "tasks/get", json!({"taskId": unknown, "_meta": meta(true)}), Some("other")).await;
+    assert_eq!((status, body["error"]["code"].clone()), (400, json!(-32020)), "{body}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_client_without_tasks_never_gets_a_create_task_result() {
+    let (_sim, server) = setup(3_000, &["--inline-wait-ms", "0"]).await;
+    let (_, body) = request(
+        &server.url,
+        1,
+        "tools/call",
+        json!({"name": "set_temperature", "arguments": {"device_id": "ac-living", "temperature": 24}, "_meta": meta(false)}),
+        Some("set_temperature"),
+    )
+    .await;
+    assert_ne!(body["result"]["resultType"], "task", "{body}");
+    assert_eq!(body["result"]["structuredContent"]["status"], "working", "{body}");
+    server.stop().await;
+}
