@@ -175,7 +175,13 @@ impl Runner {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let streams = CancellationToken::new();
-        let app = crate::mcp::http::router(self.settle.clone(), &self.access, streams.clone());
+        let responses = Drain::default();
+        let app = crate::mcp::http::router(
+            self.settle.clone(),
+            &self.access,
+            responses.clone(),
+            streams.clone(),
+        );
         let stopping = CancellationToken::new();
         let signal = tokio::spawn({
             let stopping = stopping.clone();
@@ -188,11 +194,11 @@ impl Runner {
         // calls in flight run to the end; then the long-lived streams (which
         // would otherwise hold the server open) are ended.
         let closer = tokio::spawn({
-            let (stopping, drain) = (stopping.clone(), self.drain.clone());
+            let stopping = stopping.clone();
             async move {
                 stopping.cancelled().await;
                 tracing::info!("shutting down: no new requests; finishing calls in flight");
-                let left = drain.wait_idle(DRAIN_LIMIT).await;
+                let left = responses.wait_idle(DRAIN_LIMIT).await;
                 if left > 0 {
                     tracing::warn!(
                         "{left} calls still running after {DRAIN_LIMIT:?}; stopping anyway"

@@ -7,8 +7,10 @@ use settle::cli::{Cli, Command};
 
 fn init_logging() {
     // stdout belongs to MCP on stdio; logs always go to stderr.
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "info,wasmtime=warn,cranelift=warn".into()),

@@ -47,7 +47,13 @@ async fn post(url: &str, body: &str, headers: &[(&str, &str)]) -> (u16, Value) {
 }
 
 /// A well-formed modern request with its required headers.
-async fn request(url: &str, id: u64, method: &str, params: Value, name: Option<&str>) -> (u16, Value) {
+async fn request(
+    url: &str,
+    id: u64,
+    method: &str,
+    params: Value,
+    name: Option<&str>,
+) -> (u16, Value) {
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
     let mut headers = vec![("mcp-protocol-version", MODERN), ("mcp-method", method)];
     if let Some(name) = name {
@@ -70,22 +76,56 @@ async fn malformed_messages_get_json_rpc_errors_and_the_server_keeps_serving() {
     let (status, body) = post(&server.url, "{\"jsonrpc\": \"2.0\", \"id\": 1,", &[]).await;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["code"], -32700, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().starts_with("Parse error"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Parse error")
+    );
 
     let (status, body) = post(&server.url, r#"{"jsonrpc":"2.0","id":5}"#, &[]).await;
-    assert_eq!((status, body["error"]["code"].clone()), (400, json!(-32600)), "{body}");
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (400, json!(-32600)),
+        "{body}"
+    );
     assert_eq!(body["id"], 5);
 
-    let (status, body) = post(&server.url, r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#, &[]).await;
+    let (status, body) = post(
+        &server.url,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#,
+        &[],
+    )
+    .await;
     assert_eq!(status, 400);
-    assert!(body["error"]["message"].as_str().unwrap().contains("batches"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("batches"),
+        "{body}"
+    );
 
     // tools/call without a name: malformed params, not an unknown method.
-    let (_, body) = request(&server.url, 6, "tools/call", json!({"_meta": meta(false)}), None).await;
+    let (_, body) = request(
+        &server.url,
+        6,
+        "tools/call",
+        json!({"_meta": meta(false)}),
+        None,
+    )
+    .await;
     assert_eq!(body["error"]["code"], -32602, "{body}");
 
     // Still serving.
-    let (status, body) = request(&server.url, 7, "tools/list", json!({"_meta": meta(false)}), None).await;
+    let (status, body) = request(
+        &server.url,
+        7,
+        "tools/list",
+        json!({"_meta": meta(false)}),
+        None,
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["result"]["tools"].as_array().unwrap().len(), 7);
     server.stop().await;
@@ -106,28 +146,59 @@ async fn protocol_errors_use_the_2026_07_28_codes() {
 
     let mut old = meta(false);
     old["io.modelcontextprotocol/protocolVersion"] = json!("1900-01-01");
-    let body_text = json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta": old}}).to_string();
-    let (status, body) = post(&server.url, &body_text, &[("mcp-protocol-version", "1900-01-01"), ("mcp-method", "tools/list")]).await;
+    let body_text =
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta": old}}).to_string();
+    let (status, body) = post(
+        &server.url,
+        &body_text,
+        &[
+            ("mcp-protocol-version", "1900-01-01"),
+            ("mcp-method", "tools/list"),
+        ],
+    )
+    .await;
     assert_eq!(status, 400);
     assert!(body.to_string().contains("1900-01-01"), "{body}");
 
     // A header that disagrees with the body.
-    let body_text = json!({"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta": meta(false)}}).to_string();
-    let (status, body) = post(&server.url, &body_text, &[("mcp-protocol-version", MODERN), ("mcp-method", "tools/call")]).await;
-    assert_eq!((status, body["error"]["code"].clone()), (400, json!(-32020)), "{body}");
+    let body_text =
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta": meta(false)}})
+            .to_string();
+    let (status, body) = post(
+        &server.url,
+        &body_text,
+        &[
+            ("mcp-protocol-version", MODERN),
+            ("mcp-method", "tools/call"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (400, json!(-32020)),
+        "{body}"
+    );
     server.stop().await;
 }
 
 #[tokio::test]
 async fn foreign_hosts_and_origins_are_refused() {
     let (_sim, server) = setup(100, &[]).await;
-    let list = json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta": meta(false)}}).to_string();
-    let modern = [("mcp-protocol-version", MODERN), ("mcp-method", "tools/list")];
+    let list =
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta": meta(false)}})
+            .to_string();
+    let modern = [
+        ("mcp-protocol-version", MODERN),
+        ("mcp-method", "tools/list"),
+    ];
 
     let mut headers = modern.to_vec();
     headers.push(("host", "evil.example"));
     let (status, _) = post(&server.url, &list, &headers).await;
-    assert_eq!(status, 403, "a foreign Host (DNS rebinding) must be refused");
+    assert_eq!(
+        status, 403,
+        "a foreign Host (DNS rebinding) must be refused"
+    );
 
     let mut headers = modern.to_vec();
     headers.push(("origin", "http://evil.example"));
@@ -164,7 +235,12 @@ async fn a_legacy_initialize_client_is_served_on_the_same_endpoint() {
     let tools = client.list_all_tools().await.unwrap();
     assert_eq!(tools.len(), 7);
     let task = structured(&complete(
-        call(&client, "set_temperature", json!({"device_id": "ac-living", "temperature": 25})).await,
+        call(
+            &client,
+            "set_temperature",
+            json!({"device_id": "ac-living", "temperature": 25}),
+        )
+        .await,
     ));
     assert_eq!(task["status"], "completed", "{task}");
     server.stop().await;
@@ -173,12 +249,26 @@ async fn a_legacy_initialize_client_is_served_on_the_same_endpoint() {
 #[tokio::test]
 async fn tools_list_fits_the_size_budget() {
     let (_sim, server) = setup(100, &[]).await;
-    let (_, body) = request(&server.url, 1, "tools/list", json!({"_meta": meta(false)}), None).await;
+    let (_, body) = request(
+        &server.url,
+        1,
+        "tools/list",
+        json!({"_meta": meta(false)}),
+        None,
+    )
+    .await;
     let bytes = serde_json::to_vec(&body["result"]).unwrap().len();
-    assert!(bytes <= 3_000, "the tools/list result is {bytes} bytes; the budget is 3,000");
+    assert!(
+        bytes <= 3_000,
+        "the tools/list result is {bytes} bytes; the budget is 3,000"
+    );
     let tools = &body["result"]["tools"];
     for tool in tools.as_array().unwrap() {
-        assert!(tool["outputSchema"].is_object(), "{} has no outputSchema", tool["name"]);
+        assert!(
+            tool["outputSchema"].is_object(),
+            "{} has no outputSchema",
+            tool["name"]
+        );
     }
     server.stop().await;
 }
@@ -186,8 +276,21 @@ async fn tools_list_fits_the_size_budget() {
 #[tokio::test]
 async fn a_task_aware_client_gets_a_task_and_follows_it_with_tasks_get() {
     let (_sim, server) = setup(1_000, &["--inline-wait-ms", "0"]).await;
-    let client = modern_http_client(&server.url, Declares { tasks: true, ..Default::default() }).await;
-    let created = match call(&client, "set_temperature", json!({"device_id": "ac-living", "temperature": 24})).await {
+    let client = modern_http_client(
+        &server.url,
+        Declares {
+            tasks: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    let created = match call(
+        &client,
+        "set_temperature",
+        json!({"device_id": "ac-living", "temperature": 24}),
+    )
+    .await
+    {
         CallToolResponse::Task(created) => created,
         other => panic!("expected a CreateTaskResult, got {other:?}"),
     };
@@ -195,7 +298,10 @@ async fn a_task_aware_client_gets_a_task_and_follows_it_with_tasks_get() {
     assert_eq!(created.task.status, TaskStatus::Working);
     let started = Instant::now();
     let done = loop {
-        let got = client.get_task(GetTaskParams::new(id.clone())).await.unwrap();
+        let got = client
+            .get_task(GetTaskParams::new(id.clone()))
+            .await
+            .unwrap();
         if got.task.status().is_terminal() {
             break got;
         }
@@ -205,10 +311,17 @@ async fn a_task_aware_client_gets_a_task_and_follows_it_with_tasks_get() {
     assert_eq!(done.task.status(), TaskStatus::Completed);
     let wire = serde_json::to_value(&done).unwrap();
     assert_eq!(wire["resultType"], "complete");
-    assert_eq!(wire["result"]["structuredContent"]["result"]["observed"]["target_temperature"], json!(24.0), "{wire}");
+    assert_eq!(
+        wire["result"]["structuredContent"]["result"]["observed"]["target_temperature"],
+        json!(24.0),
+        "{wire}"
+    );
 
     // Cancelling an ended task is acknowledged and changes nothing.
-    client.cancel_task(CancelTaskParams::new(id.clone())).await.unwrap();
+    client
+        .cancel_task(CancelTaskParams::new(id.clone()))
+        .await
+        .unwrap();
     let still = client.get_task(GetTaskParams::new(id)).await.unwrap();
     assert_eq!(still.task.status(), TaskStatus::Completed);
     server.stop().await;
@@ -218,16 +331,51 @@ async fn a_task_aware_client_gets_a_task_and_follows_it_with_tasks_get() {
 async fn tasks_methods_need_the_extension_and_a_known_id() {
     let (_sim, server) = setup(100, &[]).await;
     let unknown = "0123456789abcdef0123456789abcdef";
-    let (status, body) = request(&server.url, 1, "tasks/get", json!({"taskId": unknown, "_meta": meta(false)}), Some(unknown)).await;
-    assert_eq!((status, body["error"]["code"].clone()), (400, json!(-32021)), "{body}");
+    let (status, body) = request(
+        &server.url,
+        1,
+        "tasks/get",
+        json!({"taskId": unknown, "_meta": meta(false)}),
+        Some(unknown),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (400, json!(-32021)),
+        "{body}"
+    );
 
-    let (_, body) = request(&server.url, 2, "tasks/get", json!({"taskId": unknown, "_meta": meta(true)}), Some(unknown)).await;
+    let (_, body) = request(
+        &server.url,
+        2,
+        "tasks/get",
+        json!({"taskId": unknown, "_meta": meta(true)}),
+        Some(unknown),
+    )
+    .await;
     assert_eq!(body["error"]["code"], -32602, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("Task not found"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Task not found"),
+        "{body}"
+    );
 
     // Mcp-Name must carry the task id.
-    let (status, body) = request(&server.url, 3, "tasks/get", json!({"taskId": unknown, "_meta": meta(true)}), Some("other")).await;
-    assert_eq!((status, body["error"]["code"].clone()), (400, json!(-32020)), "{body}");
+    let (status, body) = request(
+        &server.url,
+        3,
+        "tasks/get",
+        json!({"taskId": unknown, "_meta": meta(true)}),
+        Some("other"),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (400, json!(-32020)),
+        "{body}"
+    );
     server.stop().await;
 }
 
@@ -243,6 +391,9 @@ async fn a_client_without_tasks_never_gets_a_create_task_result() {
     )
     .await;
     assert_ne!(body["result"]["resultType"], "task", "{body}");
-    assert_eq!(body["result"]["structuredContent"]["status"], "working", "{body}");
+    assert_eq!(
+        body["result"]["structuredContent"]["status"], "working",
+        "{body}"
+    );
     server.stop().await;
 }

@@ -12,18 +12,45 @@ async fn a_device_api_off_the_allow_list_is_denied_with_a_clear_error() {
     let sim = sim(Duration::from_millis(100)).await;
     let api = sim.base_url();
     // Allowed: some other port on the same host. The simulator's is not.
-    let server = serve_http(&["--device-api", &api, "--allow-outbound", "http://127.0.0.1:9"]).await;
+    let server = serve_http(&[
+        "--device-api",
+        &api,
+        "--allow-outbound",
+        "http://127.0.0.1:9",
+    ])
+    .await;
     let client = modern_http_client(&server.url, Declares::default()).await;
 
-    let read = complete(call(&client, "get_device_state", json!({"device_id": "ac-living"})).await);
+    let read = complete(
+        call(
+            &client,
+            "get_device_state",
+            json!({"device_id": "ac-living"}),
+        )
+        .await,
+    );
     let text = error_text(&read);
     assert!(text.contains("denied"), "{text}");
     assert!(text.contains("allow-list"), "{text}");
 
-    let command = complete(call(&client, "set_temperature", json!({"device_id": "ac-living", "temperature": 24})).await);
+    let command = complete(
+        call(
+            &client,
+            "set_temperature",
+            json!({"device_id": "ac-living", "temperature": 24}),
+        )
+        .await,
+    );
     let text = error_text(&command);
-    assert!(text.contains("denied") && text.contains("nothing was sent"), "{text}");
-    assert_eq!(sim_counts(&sim, "ac-living"), (0, 0), "no request reached the simulator");
+    assert!(
+        text.contains("denied") && text.contains("nothing was sent"),
+        "{text}"
+    );
+    assert_eq!(
+        sim_counts(&sim, "ac-living"),
+        (0, 0),
+        "no request reached the simulator"
+    );
     server.stop().await;
 }
 
@@ -31,9 +58,22 @@ async fn a_device_api_off_the_allow_list_is_denied_with_a_clear_error() {
 async fn the_same_call_works_once_the_origin_is_allowed() {
     let sim = sim(Duration::from_millis(100)).await;
     let api = sim.base_url();
-    let server = serve_http(&["--device-api", &api, "--allow-outbound", &format!("http://127.0.0.1:9,{api}")]).await;
+    let server = serve_http(&[
+        "--device-api",
+        &api,
+        "--allow-outbound",
+        &format!("http://127.0.0.1:9,{api}"),
+    ])
+    .await;
     let client = modern_http_client(&server.url, Declares::default()).await;
-    let state = structured(&complete(call(&client, "get_device_state", json!({"device_id": "ac-living"})).await));
+    let state = structured(&complete(
+        call(
+            &client,
+            "get_device_state",
+            json!({"device_id": "ac-living"}),
+        )
+        .await,
+    ));
     assert_eq!(state["deviceId"], "ac-living");
     assert_eq!(sim_counts(&sim, "ac-living").1, 1);
     server.stop().await;
@@ -44,8 +84,14 @@ async fn by_default_only_the_device_api_origin_is_allowed() {
     let sim = sim(Duration::from_millis(100)).await;
     let api = sim.base_url();
     let config = config(&["--device-api", &api]);
-    let origins: Vec<String> = config.tenant.policy.origins().iter().map(ToString::to_string).collect();
-    assert_eq!(origins, [api.clone()]);
+    let origins: Vec<String> = config
+        .tenant
+        .policy
+        .origins()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(origins, [api]);
 }
 
 #[test]
@@ -53,11 +99,21 @@ fn a_malformed_allow_list_entry_is_refused_at_start_with_the_expected_form() {
     use clap::Parser;
     let plugin = plugin_path();
     let argv = [
-        "settle", "serve", "--plugin", plugin.to_str().unwrap(), "--store", "memory",
-        "--allow-outbound", "127.0.0.1:8081",
+        "settle",
+        "serve",
+        "--plugin",
+        plugin.to_str().unwrap(),
+        "--store",
+        "memory",
+        "--allow-outbound",
+        "127.0.0.1:8081",
     ];
-    let settle::cli::Cli { command: settle::cli::Command::Serve(args) } = settle::cli::Cli::try_parse_from(argv).unwrap();
-    let err = settle::app::RunnerConfig::from_args(&args).err().expect("refused");
+    let settle::cli::Cli {
+        command: settle::cli::Command::Serve(args),
+    } = settle::cli::Cli::try_parse_from(argv).unwrap();
+    let err = settle::app::RunnerConfig::from_args(&args)
+        .err()
+        .expect("refused");
     let text = format!("{err:#}");
     assert!(text.contains("--allow-outbound"), "{text}");
     assert!(text.contains("expected scheme://host[:port]"), "{text}");

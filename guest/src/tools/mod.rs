@@ -33,7 +33,8 @@ pub struct Definition {
 pub(crate) const TASK_SCHEMA: &str = r#"{"type":"object","properties":{"taskId":{"type":"string"},"status":{"type":"string"}},"required":["taskId","status"]}"#;
 
 /// The input schema of the tools that take a task id.
-pub(crate) const TASK_ID_SCHEMA: &str = r#"{"type":"object","properties":{"task_id":{"type":"string"}},"required":["task_id"]}"#;
+pub(crate) const TASK_ID_SCHEMA: &str =
+    r#"{"type":"object","properties":{"task_id":{"type":"string"}},"required":["task_id"]}"#;
 
 /// A tool: its definition and the function that runs it.
 struct Tool {

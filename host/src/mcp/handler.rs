@@ -83,6 +83,11 @@ impl Settle {
         }
     }
 
+    /// The calls this server has in flight.
+    pub fn drain(&self) -> &Drain {
+        &self.inner.drain
+    }
+
     fn tenant(&self) -> &Tenant {
         &self.inner.tenant
     }

@@ -1,17 +1,21 @@
 //! Streamable HTTP at `/mcp`, through rmcp's `StreamableHttpService`.
 //!
 //! Around rmcp: a frame check that answers malformed JSON-RPC with a JSON-RPC
-//! error (rmcp answers plain text), and an `Origin` allow-list (rmcp checks
-//! `Host` by default but `Origin` only when told to).
+//! error (rmcp answers plain text), an `Origin` allow-list (rmcp checks
+//! `Host` by default but `Origin` only when told to), and a count of
+//! responses still being sent, so shutdown waits until each answer has
+//! actually left.
 
 use super::frame;
 use super::handler::Settle;
+use crate::drain::Drain;
 use axum::Router;
 use axum::body::{Body, to_bytes};
 use axum::extract::Request;
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use std::sync::Arc;
@@ -43,9 +47,15 @@ impl Default for HttpAccess {
     }
 }
 
-/// The router serving MCP at `/mcp`. Cancelling `streams` ends long-lived
-/// streams (legacy sessions); do it once calls in flight have drained.
-pub fn router(settle: Settle, access: &HttpAccess, streams: CancellationToken) -> Router {
+/// The router serving MCP at `/mcp`. `responses` counts answers still being
+/// sent; cancelling `streams` ends long-lived streams (legacy sessions,
+/// subscriptions): do it once `responses` has drained.
+pub fn router(
+    settle: Settle,
+    access: &HttpAccess,
+    responses: Drain,
+    streams: CancellationToken,
+) -> Router {
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(access.allowed_hosts.clone())
         .with_allowed_origins(access.allowed_origins.clone())
@@ -59,12 +69,18 @@ pub fn router(settle: Settle, access: &HttpAccess, streams: CancellationToken) -
     );
     Router::new()
         .route_service("/mcp", service)
-        .layer(middleware::from_fn(check_frame))
+        .layer(middleware::from_fn(move |request, next| {
+            check_frame(responses.clone(), request, next)
+        }))
 }
 
-/// Answers a malformed POST body with the JSON-RPC error it deserves and
-/// passes everything else on untouched.
-async fn check_frame(request: Request, next: Next) -> Response {
+/// Methods whose response stream stays open for as long as the client
+/// wants; shutdown ends them rather than waiting for them.
+const LONG_LIVED: [&str; 1] = ["subscriptions/listen"];
+
+/// Answers a malformed POST body with the JSON-RPC error it deserves, and
+/// counts every other POST until its response body has been sent.
+async fn check_frame(responses: Drain, request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
         return next.run(request).await;
     }
@@ -79,19 +95,39 @@ async fn check_frame(request: Request, next: Next) -> Response {
                 .into_response();
         }
     };
-    if let Err(rejection) = frame::check(&bytes) {
-        tracing::debug!(
-            code = rejection.code,
-            "rejected HTTP message: {}",
-            rejection.message
-        );
-        return (
-            StatusCode::BAD_REQUEST,
-            [(header::CONTENT_TYPE, "application/json")],
-            rejection.to_json().to_string(),
-        )
-            .into_response();
-    }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    let message = match frame::check(&bytes) {
+        Ok(message) => message,
+        Err(rejection) => {
+            tracing::debug!(
+                code = rejection.code,
+                "rejected HTTP message: {}",
+                rejection.message
+            );
+            return (
+                StatusCode::BAD_REQUEST,
+                [(header::CONTENT_TYPE, "application/json")],
+                rejection.to_json().to_string(),
+            )
+                .into_response();
+        }
+    };
+    let long_lived = message
+        .get("method")
+        .and_then(|m| m.as_str())
+        .is_some_and(|m| LONG_LIVED.contains(&m));
+    let in_flight = (!long_lived).then(|| responses.enter());
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    let Some(in_flight) = in_flight else {
+        return response;
+    };
+    // The count ends when the body has been sent (or the client went away),
+    // not when the handler returned: the answer may still be on its way.
+    let (parts, body) = response.into_parts();
+    let body = body.into_data_stream().map(move |chunk| {
+        let _counted = &in_flight;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(body))
 }

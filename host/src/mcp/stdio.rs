@@ -38,6 +38,7 @@ where
     let (errors, error_lines) = mpsc::channel::<String>(64);
 
     let writer = tokio::spawn(write_out(output, from_rmcp, error_lines));
+    let drain = settle.drain().clone();
     let server = tokio::spawn(async move {
         match settle.serve((rmcp_in, rmcp_out)).await {
             Ok(running) => {
@@ -94,7 +95,12 @@ where
             }
         }
     }
-    // Closing rmcp's input makes it answer what is in flight, then stop.
+    // Let calls in flight finish, then close rmcp's input: it writes the
+    // answers it holds and stops.
+    let left = drain.wait_idle(crate::app::DRAIN_LIMIT).await;
+    if left > 0 {
+        tracing::warn!("{left} calls still running; closing stdio anyway");
+    }
     drop(to_rmcp);
     drop(errors);
     let _ = server.await;

@@ -74,7 +74,14 @@ impl Server {
 /// `settle serve` arguments, checked as the binary would.
 pub fn config(extra: &[&str]) -> RunnerConfig {
     let plugin = plugin_path();
-    let mut argv = vec!["settle", "serve", "--plugin", plugin.to_str().unwrap(), "--store", "memory"];
+    let mut argv = vec![
+        "settle",
+        "serve",
+        "--plugin",
+        plugin.to_str().unwrap(),
+        "--store",
+        "memory",
+    ];
     argv.extend_from_slice(extra);
     let Cli {
         command: Command::Serve(args),
@@ -153,7 +160,9 @@ pub fn args(value: Value) -> serde_json::Map<String, Value> {
 /// One `tools/call`, as the client received it.
 pub async fn call(client: &Client, tool: &str, arguments: Value) -> CallToolResponse {
     client
-        .call_tool_once(CallToolRequestParams::new(tool.to_string()).with_arguments(args(arguments)))
+        .call_tool_once(
+            CallToolRequestParams::new(tool.to_string()).with_arguments(args(arguments)),
+        )
         .await
         .unwrap_or_else(|e| panic!("{tool} call failed at the protocol level: {e}"))
 }
@@ -177,7 +186,11 @@ pub fn structured(result: &CallToolResult) -> Value {
 
 /// The text of a tool error.
 pub fn error_text(result: &CallToolResult) -> String {
-    assert_eq!(result.is_error, Some(true), "expected a tool error: {result:?}");
+    assert_eq!(
+        result.is_error,
+        Some(true),
+        "expected a tool error: {result:?}"
+    );
     serde_json::to_value(&result.content)
         .unwrap()
         .as_array()
@@ -192,8 +205,13 @@ pub fn error_text(result: &CallToolResult) -> String {
 pub async fn wait_for_end(client: &Client, task_id: &str) -> Value {
     let started = Instant::now();
     loop {
-        let task = structured(&complete(call(client, "get_task", json!({"task_id": task_id})).await));
-        if matches!(task["status"].as_str(), Some("completed" | "failed" | "cancelled")) {
+        let task = structured(&complete(
+            call(client, "get_task", json!({"task_id": task_id})).await,
+        ));
+        if matches!(
+            task["status"].as_str(),
+            Some("completed" | "failed" | "cancelled")
+        ) {
             return task;
         }
         assert!(
@@ -209,4 +227,79 @@ pub fn sim_counts(sim: &RunningSim, device: &str) -> (u64, u64) {
     let stats = sim.sim().stats();
     let d = &stats.devices[device];
     (d.control, d.sensor)
+}
+
+/// The `settle` binary running as a child process, HTTP on a free port.
+pub struct Process {
+    pub child: tokio::process::Child,
+    pub url: String,
+    /// Everything it wrote to stderr so far (its logs).
+    pub log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Process {
+    /// Starts `settle serve --http 127.0.0.1:0` with `extra` arguments and
+    /// waits until it says where it listens.
+    pub async fn start(extra: &[&str]) -> Process {
+        use tokio::io::AsyncBufReadExt;
+        let plugin = plugin_path();
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_settle"))
+            .args([
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--plugin",
+                plugin.to_str().unwrap(),
+            ])
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("settle binary starts");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (found, mut address) = tokio::sync::mpsc::channel::<String>(1);
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let sink = log.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(rest) = line.split("serving MCP at ").nth(1) {
+                    let _ = found.send(rest.trim().to_string()).await;
+                }
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let url = tokio::time::timeout(DEADLINE, address.recv())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("settle did not start; its log:\n{}", log.lock().unwrap()));
+        Process { child, url, log }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Sends a signal by name (`TERM`, `KILL`).
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.id().expect("still running").to_string();
+        let status = std::process::Command::new("kill")
+            .args([format!("-{name}"), pid])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit and returns its status.
+    pub async fn exited(&mut self) -> std::process::ExitStatus {
+        tokio::time::timeout(DEADLINE, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("settle did not exit; its log:\n{}", self.log()))
+            .unwrap()
+    }
 }

@@ -1,0 +1,112 @@
+//! The runner as a process: restarts on the same store, `kill -9`, and an
+//! orderly SIGTERM.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::time::Duration;
+
+#[tokio::test]
+async fn a_runner_killed_mid_task_finishes_the_task_after_a_restart() {
+    let sim = sim(Duration::from_millis(2_000)).await;
+    let api = sim.base_url();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("settle.redb");
+    let store = store.to_str().unwrap();
+    let argv = [
+        "--device-api",
+        api.as_str(),
+        "--store",
+        store,
+        "--inline-wait-ms",
+        "0",
+        "--plugin-config",
+        FAST,
+    ];
+
+    let mut first = Process::start(&argv).await;
+    let client = modern_http_client(&first.url, Declares::default()).await;
+    let task = structured(&complete(
+        call(
+            &client,
+            "set_temperature",
+            json!({"device_id": "ac-living", "temperature": 20}),
+        )
+        .await,
+    ));
+    assert_eq!(task["status"], "working");
+    let id = task["taskId"].as_str().unwrap().to_string();
+    first.signal("KILL");
+    let status = first.exited().await;
+    assert!(!status.success(), "it was killed");
+    drop(client);
+
+    let second = Process::start(&argv).await;
+    let client = modern_http_client(&second.url, Declares::default()).await;
+    let done = wait_for_end(&client, &id).await;
+    assert_eq!(done["status"], "completed", "{done}\n{}", second.log());
+    assert_eq!(
+        done["result"]["observed"]["target_temperature"],
+        json!(20.0)
+    );
+    assert_eq!(
+        sim_counts(&sim, "ac-living").0,
+        1,
+        "the command was sent once, not again"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_lets_the_call_in_flight_finish_then_exits_cleanly() {
+    let sim = sim(Duration::from_millis(1_000)).await;
+    let api = sim.base_url();
+    let argv = [
+        "--device-api",
+        api.as_str(),
+        "--store",
+        "memory",
+        "--inline-wait-ms",
+        "20000",
+        "--plugin-config",
+        FAST,
+    ];
+    let mut process = Process::start(&argv).await;
+    let client = modern_http_client(&process.url, Declares::default()).await;
+
+    let call = tokio::spawn(async move {
+        let result = call(
+            &client,
+            "set_temperature",
+            json!({"device_id": "ac-living", "temperature": 27}),
+        )
+        .await;
+        (client, result)
+    });
+    // Wait until the command reached the device, so the call is in flight.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while sim_counts(&sim, "ac-living").0 == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never reached the device"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    process.signal("TERM");
+    let (_client, result) = match call.await {
+        Ok(done) => done,
+        Err(e) => panic!("{e}; log:\n{}", process.log()),
+    };
+    let task = structured(&complete(result));
+    assert_eq!(
+        task["status"], "completed",
+        "the call in flight was answered in full: {task}"
+    );
+    let status = process.exited().await;
+    assert!(
+        status.success(),
+        "exit status {status:?}; log:\n{}",
+        process.log()
+    );
+    assert!(process.log().contains("finishing calls in flight"));
+}
