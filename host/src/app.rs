@@ -207,6 +207,13 @@ impl Runner {
                 streams.cancel();
             }
         });
+        // Small JSON-RPC answers must not wait for Nagle's algorithm and the
+        // peer's delayed ACK (40 ms each on Linux).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("TCP_NODELAY: {e}");
+            }
+        });
         axum::serve(listener, app)
             .with_graceful_shutdown(async move { stopping.cancelled_owned().await })
             .await

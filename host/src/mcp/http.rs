@@ -61,6 +61,9 @@ pub fn router(
         .with_allowed_origins(access.allowed_origins.clone())
         .enforce_origin_validation()
         .with_max_request_body_bytes(MAX_BODY_BYTES)
+        // One JSON body when the answer is a single message (most are); SSE
+        // only when notifications come first.
+        .with_json_response(true)
         .with_cancellation_token(streams);
     let service = StreamableHttpService::new(
         move || Ok(settle.clone()),

@@ -1,0 +1,391 @@
+//! Run with `make bench` (or `cargo run --release -p settle --example bench`).
+//!
+//! Prints the numbers the foundation issue asks for, each measured in this
+//! one run so they can be compared as ratios on a noisy machine:
+//! - the added cost of the Wasm sandbox per tool call (median, µs);
+//! - `get_device_state` over HTTP at concurrency 1 and 8 (requests/s, p50,
+//!   p99), next to direct requests to the simulator;
+//! - the byte size of the `tools/list` result;
+//! - acceptance to `completed` with a 4 s actuation delay, and the sensor
+//!   reads it took.
+
+use anyhow::Context;
+use clap::Parser;
+use device_sim::SimConfig;
+use serde_json::{Value, json};
+use settle::app::{Runner, RunnerConfig};
+use settle::bindings::settle::plugin::types::TaskView;
+use settle::cli::{Cli, Command};
+use settle::policy::{AllowedOrigin, OutboundPolicy};
+use settle::runtime::Runtime;
+use settle::store::Store;
+use settle::tenant::{Limits, Tenant, TenantContext};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn plugin() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/wasm32-wasip2/release/settle_devices.wasm")
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// The sandbox: the same store read, once inside a fresh plugin instance
+/// (`get-task` of an unknown id: instantiate, call, one key read) and once
+/// natively.
+async fn sandbox_cost(api: &str) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_file(&dir.path().join("bench.redb"))?;
+    let runtime = Runtime::new(store.clone())?;
+    let plugin = runtime.load_plugin(&plugin())?;
+    let context = TenantContext {
+        name: "default".into(),
+        plugin_config: BTreeMap::from([("device_api".to_string(), api.to_string())]),
+        policy: OutboundPolicy::new(vec![AllowedOrigin::of_url(api)?]),
+        limits: Limits::default(),
+        events: Default::default(),
+        stats: Default::default(),
+    };
+    let tenant = Tenant::new(context, plugin);
+    let id = "0123456789abcdef0123456789abcdef";
+    const N: usize = 2_000;
+    let mut wasm = Vec::with_capacity(N);
+    let mut native = Vec::with_capacity(N);
+    for _ in 0..200 {
+        let _ = runtime.get_task(&tenant, id).await;
+    }
+    for _ in 0..N {
+        let t = Instant::now();
+        let r: Result<Result<TaskView, _>, _> = runtime.get_task(&tenant, id).await;
+        wasm.push(t.elapsed());
+        assert!(matches!(r, Ok(Err(_))), "unknown id must be not-found");
+        let t = Instant::now();
+        let v = store.get("default", &format!("task/{id}")).await?;
+        native.push(t.elapsed());
+        assert!(v.is_none());
+    }
+    wasm.sort();
+    native.sort();
+    let (w, n) = (percentile(&wasm, 0.5), percentile(&native, 0.5));
+    println!("## Wasm sandbox cost per tool call ({N} calls, redb store)");
+    println!(
+        "  plugin call (fresh instance + one key read): median {:.1} µs, p99 {:.1} µs",
+        micros(w),
+        micros(percentile(&wasm, 0.99))
+    );
+    println!(
+        "  the same key read, native:                   median {:.1} µs, p99 {:.1} µs",
+        micros(n),
+        micros(percentile(&native, 0.99))
+    );
+    println!(
+        "  added by the sandbox:                        median {:.1} µs",
+        micros(w.saturating_sub(n))
+    );
+    Ok(())
+}
+
+struct Load {
+    rps: f64,
+    p50: Duration,
+    p99: Duration,
+    n: usize,
+}
+
+/// Sends requests from `concurrency` workers for `duration`.
+async fn load(
+    concurrency: usize,
+    duration: Duration,
+    send: impl Fn(reqwest::Client) -> futures::future::BoxFuture<'static, anyhow::Result<()>>
+    + Send
+    + Sync
+    + 'static,
+) -> anyhow::Result<Load> {
+    let send = Arc::new(send);
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (send, client) = (send.clone(), client.clone());
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while started.elapsed() < duration {
+                let t = Instant::now();
+                send(client.clone()).await?;
+                latencies.push(t.elapsed());
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut all = Vec::new();
+    for w in workers {
+        all.extend(w.await??);
+    }
+    let elapsed = started.elapsed();
+    all.sort();
+    Ok(Load {
+        rps: all.len() as f64 / elapsed.as_secs_f64(),
+        p50: percentile(&all, 0.5),
+        p99: percentile(&all, 0.99),
+        n: all.len(),
+    })
+}
+
+fn mcp_request(
+    client: &reqwest::Client,
+    url: &str,
+    id: u64,
+    method: &str,
+    params: Value,
+) -> reqwest::RequestBuilder {
+    let mut params = params;
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let mut request = client
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = params.get("name").and_then(Value::as_str) {
+        request = request.header("mcp-name", name.to_string());
+    }
+    request.body(json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string())
+}
+
+/// The JSON-RPC message of a response, whether sent as JSON or SSE.
+async fn message(response: reqwest::Response) -> anyhow::Result<Value> {
+    let text = response.text().await?;
+    let data = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("data:")
+                .map(str::trim)
+                .filter(|d| !d.is_empty())
+        })
+        .unwrap_or(&text);
+    serde_json::from_str(data).with_context(|| format!("not JSON-RPC: {text}"))
+}
+
+fn config(api: &str, store: &str, inline_wait_ms: &str) -> anyhow::Result<RunnerConfig> {
+    let plugin = plugin();
+    let argv = [
+        "settle",
+        "serve",
+        "--plugin",
+        plugin.to_str().unwrap(),
+        "--store",
+        store,
+        "--device-api",
+        api,
+        "--inline-wait-ms",
+        inline_wait_ms,
+    ];
+    let Cli {
+        command: Command::Serve(args),
+    } = Cli::try_parse_from(argv)?;
+    RunnerConfig::from_args(&args)
+}
+
+async fn serve(config: RunnerConfig) -> anyhow::Result<(String, tokio::sync::oneshot::Sender<()>)> {
+    let runner = Runner::start(config).await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/mcp", listener.local_addr()?);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(runner.serve_http(listener, async move {
+        let _ = stopped.await;
+    }));
+    Ok((url, stop))
+}
+
+async fn http_throughput(api: &str) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("http.redb");
+    let (url, _stop) = serve(config(api, store.to_str().unwrap(), "0")?).await?;
+    println!("## get_device_state over HTTP (3 s per row; client in the same process)");
+    println!(
+        "  {:<40} {:>10} {:>10} {:>10} {:>8}",
+        "", "req/s", "p50 µs", "p99 µs", "n"
+    );
+    for concurrency in [1, 8] {
+        let mcp_url = url.clone();
+        let no_io = load(concurrency, Duration::from_secs(3), move |client| {
+            let request = mcp_request(&client, &mcp_url, 1, "tools/call", json!({"name": "get_task", "arguments": {"task_id": "0123456789abcdef0123456789abcdef"}}));
+            Box::pin(async move {
+                let reply = message(request.send().await?).await?;
+                anyhow::ensure!(reply["result"]["isError"] == true, "unexpected: {reply}");
+                Ok(())
+            })
+        })
+        .await?;
+        let mcp_url = url.clone();
+        let through_settle = load(concurrency, Duration::from_secs(3), move |client| {
+            let request = mcp_request(
+                &client,
+                &mcp_url,
+                1,
+                "tools/call",
+                json!({"name": "get_device_state", "arguments": {"device_id": "ac-living"}}),
+            );
+            Box::pin(async move {
+                let reply = message(request.send().await?).await?;
+                anyhow::ensure!(reply["result"]["isError"] == false, "call failed: {reply}");
+                Ok(())
+            })
+        })
+        .await?;
+        let sensors = format!("{api}/api/v1/devices/ac-living/sensors");
+        let direct = load(concurrency, Duration::from_secs(3), move |client| {
+            let sensors = sensors.clone();
+            Box::pin(async move {
+                let response = client.get(&sensors).send().await?;
+                anyhow::ensure!(response.status().is_success());
+                response.bytes().await?;
+                Ok(())
+            })
+        })
+        .await?;
+        for (name, l) in [
+            (
+                format!("settle, get_task (no device I/O), c={concurrency}"),
+                &no_io,
+            ),
+            (
+                format!("settle (MCP tools/call), concurrency {concurrency}"),
+                &through_settle,
+            ),
+            (
+                format!("simulator directly, concurrency {concurrency}"),
+                &direct,
+            ),
+        ] {
+            println!(
+                "  {:<40} {:>10.0} {:>10.0} {:>10.0} {:>8}",
+                name,
+                l.rps,
+                micros(l.p50),
+                micros(l.p99),
+                l.n
+            );
+        }
+        println!(
+            "  ratio at concurrency {concurrency}: settle/direct throughput {:.2}, p50 latency x{:.1}",
+            through_settle.rps / direct.rps,
+            micros(through_settle.p50) / micros(direct.p50)
+        );
+    }
+
+    let client = reqwest::Client::new();
+    let reply = message(
+        mcp_request(&client, &url, 2, "tools/list", json!({}))
+            .send()
+            .await?,
+    )
+    .await?;
+    let bytes = serde_json::to_vec(&reply["result"])?.len();
+    let tools = reply["result"]["tools"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0);
+    println!("## tools/list");
+    println!(
+        "  result: {bytes} bytes for {tools} tools (goal: at most 3,000; the design this replaces: 5,082 for 8)"
+    );
+    Ok(())
+}
+
+async fn time_to_completed() -> anyhow::Result<()> {
+    // The simulator's default device: a 4 s actuation delay.
+    let sim = device_sim::spawn(SimConfig::default()).await?;
+    let api = sim.base_url();
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("settle.redb");
+    let (url, _stop) = serve(config(&api, store.to_str().unwrap(), "0")?).await?;
+    println!("## Acceptance to completed, 4 s actuation delay (default poll interval 1 s)");
+    let client = reqwest::Client::new();
+    let mut spans = Vec::new();
+    for (i, (device, temperature)) in [
+        ("ac-living", 22),
+        ("ac-bedroom", 23),
+        ("ac-living", 24),
+        ("ac-bedroom", 25),
+        ("ac-living", 21),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        sim.sim().reset_stats();
+        let reply = message(
+            mcp_request(&client, &url, i as u64, "tools/call", json!({"name": "set_temperature", "arguments": {"device_id": device, "temperature": temperature}}))
+                .send()
+                .await?,
+        )
+        .await?;
+        let accepted = Instant::now();
+        let id = reply["result"]["structuredContent"]["taskId"]
+            .as_str()
+            .context("a task id")?
+            .to_string();
+        let task = loop {
+            let reply = message(
+                mcp_request(
+                    &client,
+                    &url,
+                    100,
+                    "tools/call",
+                    json!({"name": "get_task", "arguments": {"task_id": id}}),
+                )
+                .send()
+                .await?,
+            )
+            .await?;
+            let task = reply["result"]["structuredContent"].clone();
+            if task["status"] != "working" {
+                break task;
+            }
+            anyhow::ensure!(
+                accepted.elapsed() < Duration::from_secs(60),
+                "no end: {task}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let observed = accepted.elapsed();
+        let stats = sim.sim().stats();
+        let reads = stats.devices[device].sensor;
+        anyhow::ensure!(task["status"] == "completed", "{task}");
+        println!(
+            "  {device} -> {temperature}: completed {:.2} s after acceptance; {reads} sensor reads (1 before sending, {} while waiting)",
+            observed.as_secs_f64(),
+            reads - 1
+        );
+        spans.push(observed);
+    }
+    spans.sort();
+    println!("  median {:.2} s", spans[spans.len() / 2].as_secs_f64());
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    anyhow::ensure!(plugin().exists(), "build the plugin first: make guest");
+    println!("settle benchmark, {}", std::env::consts::ARCH);
+    let sim = device_sim::spawn(SimConfig {
+        delay: Duration::from_millis(100),
+        ..SimConfig::default()
+    })
+    .await?;
+    sandbox_cost(&sim.base_url()).await?;
+    http_throughput(&sim.base_url()).await?;
+    time_to_completed().await?;
+    Ok(())
+}
