@@ -3,11 +3,9 @@
 //! All tasks of one call wait on the same device, so one sensor read serves
 //! them all, however many there are.
 
-use crate::driver::DriverError;
 use crate::host;
-use crate::model::{Field, Value};
 use crate::task::{Stage, TaskRecord};
-use crate::tools::Context;
+use crate::tools::{Context, Failure, send_and_record};
 
 /// Advances the tasks `ids`, all waiting on device `group`. Every task is
 /// either scheduled again or unscheduled before this returns; if this fails
@@ -37,6 +35,9 @@ pub fn run(group: &str, ids: &[String]) -> Result<(), String> {
         return Ok(());
     }
     let reading = ctx.driver.read(group).map_err(|e| e.to_string());
+    if let Ok(reading) = &reading {
+        crate::resources::observed(&ctx, group, reading);
+    }
     for record in &waiting {
         let outcome = ctx.tasks.update(&record.id, now, |task| {
             task.observe(now, reading.as_ref().map_err(String::as_str))
@@ -54,25 +55,13 @@ pub fn run(group: &str, ids: &[String]) -> Result<(), String> {
 /// never "one warmer"), so sending again cannot do harm, while not sending
 /// would silently drop a command the caller was told about.
 fn resend(ctx: &Context, record: &TaskRecord) -> Result<(), String> {
-    let pairs: Vec<(Field, Value)> = record
-        .fields
-        .iter()
-        .map(|f| (f.field, f.sent.clone()))
-        .collect();
     host::log(
         host::Level::Info,
-        &format!(
-            "task {}: re-sending a command whose send was not recorded",
-            record.id
-        ),
+        &format!("task {}: re-sending a command whose send was not recorded", record.id),
     );
-    let sent = ctx.driver.send(&record.device_id, &pairs);
-    let now = host::now_ms();
-    ctx.tasks.update(&record.id, now, |task| match &sent {
-        Ok(accepted) => task.mark_sent(now, accepted.request_id.clone()),
-        // Still no answer: the next wake tries again, within the TTL.
-        Err(DriverError::Unreachable(_)) => task.expire_if_due(now),
-        Err(e) => task.mark_not_sent(now, &e.to_string()),
-    })?;
-    Ok(())
+    match send_and_record(ctx, record) {
+        // A refusal is recorded on the task; nobody waits for this call.
+        Ok(_) | Err(Failure::Tool(_)) => Ok(()),
+        Err(Failure::Internal(e) | Failure::UnknownTool(e)) => Err(e),
+    }
 }

@@ -5,44 +5,52 @@
 //! - [`task`]: the task state machine (pure).
 //! - [`gate`]: the safety gate (pure).
 //! - [`model`]: the device model and value comparison (pure).
+//! - [`question`]: questions to a person and their answers (pure).
 //! - [`driver`]: device APIs mapped onto the model.
 //! - [`store`]: task records and device indexes in key-value storage.
 //! - [`advance`]: what the scheduler's wake-ups do.
+//! - [`answers`]: a person's answers to a task's questions (`tasks/update`).
+//! - [`resources`]: each device's state as a subscribable resource.
 //! - [`settings`]: configuration from `wasi:config`.
-//! - [`host`]: the only module that calls the runner's imports.
+//!
+//! The runner's imports are reached only through `settle_plugin_sdk::host`.
 //!
 //! This file only converts between WIT types and those modules.
 
+// Natively (for the unit tests of the pure modules) nothing is exported, so
+// everything only the exports reach looks unused there.
+#![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+
 mod advance;
+mod answers;
 pub mod driver;
 pub mod gate;
-mod host;
 pub mod model;
+pub mod question;
 pub mod settings;
+mod resources;
 mod store;
 pub mod task;
 mod tools;
-mod url;
 
-/// The one place bindings are generated, from the workspace's `wit/`.
-mod bindings {
-    wit_bindgen::generate!({
-        path: "../wit",
-        world: "settle:plugin/device-plugin",
-        generate_all,
-    });
-}
+// Bindings and the runner's imports come from the SDK every plugin shares;
+// these names keep `crate::host` and friends short.
+use settle_plugin_sdk::{bindings, host, url};
 
 use bindings::exports::settle::plugin::plugin::Guest;
 use bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, TaskError, TaskView, Tool,
+    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
 };
 use serde_json::{Value as Json, json};
-use tools::{Failure, Output};
+use tools::{Caller, Failure, Output};
 
 struct Plugin;
 
 impl Guest for Plugin {
+    fn capabilities() -> String {
+        resources::capabilities().to_string()
+    }
+
     fn list_tools() -> Vec<Tool> {
         tools::definitions()
             .map(|d| Tool {
@@ -51,9 +59,7 @@ impl Guest for Plugin {
                 description: d.description.to_string(),
                 input_schema: d.input_schema.to_string(),
                 output_schema: Some(d.output_schema.to_string()),
-                annotations: d
-                    .read_only
-                    .then(|| json!({"readOnlyHint": true}).to_string()),
+                annotations: d.read_only.then(|| json!({"readOnlyHint": true}).to_string()),
             })
             .collect()
     }
@@ -61,9 +67,19 @@ impl Guest for Plugin {
     fn call_tool(request: CallRequest) -> Result<CallOutcome, CallError> {
         let arguments: Json = serde_json::from_str(&request.arguments)
             .map_err(|e| CallError::InvalidParams(format!("arguments are not JSON: {e}")))?;
-        match tools::call(&request.name, &arguments) {
+        let input_responses = request
+            .input_responses
+            .as_deref()
+            .and_then(|r| serde_json::from_str::<Json>(r).ok());
+        let caller = Caller {
+            client: &request.client,
+            input_responses: input_responses.as_ref(),
+            request_state: request.request_state.as_deref(),
+        };
+        match tools::call(&request.name, &arguments, &caller) {
             Ok(Output::Result(result)) => Ok(CallOutcome::Complete(result.to_string())),
             Ok(Output::Task(record)) => Ok(CallOutcome::Task(store::view(&record))),
+            Ok(Output::Questions(questions)) => Ok(CallOutcome::InputRequired(questions.to_string())),
             Err(Failure::Tool(message)) => Ok(CallOutcome::Complete(
                 json!({"content": [{"type": "text", "text": message}], "isError": true})
                     .to_string(),
@@ -73,6 +89,18 @@ impl Guest for Plugin {
             }
             Err(Failure::Internal(message)) => Err(CallError::Internal(message)),
         }
+    }
+
+    fn serve(request: McpRequest) -> Result<RequestOutcome, CallError> {
+        let params: Json = serde_json::from_str(&request.params).unwrap_or_else(|_| json!({}));
+        let ctx = tools::Context::load().map_err(CallError::Internal)?;
+        resources::serve(&ctx, &request.method, &params)
+            .map(|result| RequestOutcome::Complete(result.to_string()))
+            .map_err(|e| match e {
+                resources::ResourceError::NotFound(m) => CallError::NotFound(m),
+                resources::ResourceError::Unavailable(m) => CallError::Internal(m),
+                resources::ResourceError::MethodNotFound(m) => CallError::MethodNotFound(m),
+            })
     }
 
     fn get_task(task_id: String) -> Result<TaskView, TaskError> {
@@ -85,14 +113,9 @@ impl Guest for Plugin {
         Ok(store::view(&record))
     }
 
-    fn update_task(task_id: String, _input_responses: String) -> Result<(), TaskError> {
-        // No device task asks for input yet, so no key is outstanding and
-        // every response is ignored, as the extension requires.
-        let tasks = store::Tasks::open().map_err(TaskError::Internal)?;
-        match tasks.load(&task_id).map_err(TaskError::Internal)? {
-            Some(_) => Ok(()),
-            None => Err(not_found(&task_id)),
-        }
+    fn update_task(task_id: String, input_responses: String) -> Result<(), TaskError> {
+        let responses: Json = serde_json::from_str(&input_responses).unwrap_or_else(|_| json!({}));
+        answers::deliver(&task_id, &responses)
     }
 
     fn cancel_task(task_id: String) -> Result<(), TaskError> {
@@ -119,4 +142,4 @@ fn not_found(task_id: &str) -> TaskError {
 // Exported only in the component: native builds (the unit tests) cannot link
 // symbol names that contain WIT's `:` and `/`.
 #[cfg(target_arch = "wasm32")]
-bindings::export!(Plugin with_types_in bindings);
+settle_plugin_sdk::export!(Plugin);

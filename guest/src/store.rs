@@ -5,6 +5,7 @@
 //! rescheduled, in one place: [`Tasks::commit`].
 
 use crate::bindings::settle::plugin::types::TaskView;
+use crate::driver::Reading;
 use crate::host::{self, CasUpdate, Kv};
 use crate::model::Field;
 use crate::task::{RECORD_FORMAT, TaskRecord, tool_result};
@@ -26,12 +27,13 @@ fn readable_key(device_id: &str) -> String {
 /// Which unfinished task last commanded each field of a device.
 type Claims = BTreeMap<Field, String>;
 
-/// What a device's sensor endpoint reported, remembered for when it cannot
-/// be read.
-#[derive(Serialize, Deserialize)]
-struct ReadableFields {
+/// What a device's sensor endpoint last reported: which fields it reports
+/// (for when it cannot be read) and a digest of the state (to notice when
+/// it changes).
+#[derive(Serialize, Deserialize, PartialEq)]
+struct LastReading {
     fields: BTreeSet<Field>,
-    at_ms: u64,
+    state: String,
 }
 
 pub struct Tasks {
@@ -170,28 +172,24 @@ impl Tasks {
         })
     }
 
-    /// Remembers which fields a device's sensor endpoint reports.
-    pub fn remember_readable(
-        &self,
-        device_id: &str,
-        fields: BTreeSet<Field>,
-        now_ms: u64,
-    ) -> Result<(), String> {
-        let fresh = ReadableFields {
-            fields,
-            at_ms: now_ms,
+    /// Remembers a device's reading; returns whether its state differs from
+    /// the reading remembered before (so subscribers can be told).
+    pub fn remember_reading(&self, device_id: &str, reading: &Reading) -> Result<bool, String> {
+        let fresh = LastReading {
+            fields: reading.values.keys().copied().collect(),
+            state: crate::question::digest(&format!("{:?}|{:?}", reading.online, reading.values)),
         };
-        let bytes = serde_json::to_vec(&fresh).expect("readable fields serialize");
+        let bytes = serde_json::to_vec(&fresh).expect("readings serialize");
         self.kv.cas_update(&readable_key(device_id), |current| {
-            // Reads are frequent and the answer rarely changes: skip the write
-            // when the set is the same.
+            // Reads are frequent and the state rarely changes: write only
+            // when it did.
             let same = current
-                .and_then(|c| serde_json::from_slice::<ReadableFields>(c).ok())
-                .is_some_and(|old| old.fields == fresh.fields);
+                .and_then(|c| serde_json::from_slice::<LastReading>(c).ok())
+                .is_some_and(|old| old == fresh);
             Ok(if same {
-                CasUpdate::Keep(())
+                CasUpdate::Keep(false)
             } else {
-                CasUpdate::Write(bytes.clone(), ())
+                CasUpdate::Write(bytes.clone(), true)
             })
         })
     }
@@ -201,7 +199,7 @@ impl Tasks {
         Ok(self
             .kv
             .get(&readable_key(device_id))?
-            .and_then(|b| serde_json::from_slice::<ReadableFields>(&b).ok())
+            .and_then(|b| serde_json::from_slice::<LastReading>(&b).ok())
             .map(|r| r.fields))
     }
 }

@@ -16,9 +16,15 @@
 //! | another value, held for `stable_reads` reads | `failed`, both values given   |
 //! | a field that cannot be read back             | `failed`, sent but unverifiable |
 //! | anything else                                | still `working`               |
+//!
+//! A task whose creator can answer questions (it declared both the tasks
+//! extension and elicitation) asks instead of failing when the device
+//! settles on another value, and a gated command waits in `input_required`
+//! for its confirmation before anything is sent.
 
 use crate::driver::Reading;
 use crate::model::{Comparison, Field, Value};
+use crate::question::{Question, QuestionKind, Reply};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value as Json, json};
 
@@ -88,6 +94,8 @@ impl FailureReason {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "stage", rename_all = "snake_case")]
 pub enum Stage {
+    /// Stopped by the safety gate, waiting for a person; nothing sent.
+    AwaitingConfirmation,
     /// Stored, not yet accepted by the API.
     Sending,
     /// The API accepted it at `at_ms`.
@@ -211,6 +219,27 @@ pub struct TaskRecord {
     pub diverged_streak: u32,
     pub failure: Option<Failure>,
     pub ended_at_ms: Option<u64>,
+    /// Questions waiting for an answer.
+    #[serde(default)]
+    pub questions: Vec<Question>,
+    /// Questions asked so far; numbers keys so none is ever reused.
+    #[serde(default)]
+    pub asked: u32,
+    /// Whoever created the task can answer questions on it.
+    #[serde(default)]
+    pub can_ask: bool,
+    /// A person accepted the value the device settled on.
+    #[serde(default)]
+    pub accepted_as_is: bool,
+}
+
+/// What a caller must do after an answer was recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterAnswer {
+    /// Nothing more (the task ended, or waits on).
+    Nothing,
+    /// Send the command now.
+    Send,
 }
 
 impl TaskRecord {
@@ -240,7 +269,91 @@ impl TaskRecord {
             diverged_streak: 0,
             failure: None,
             ended_at_ms: None,
+            questions: Vec::new(),
+            asked: 0,
+            can_ask: false,
+            accepted_as_is: false,
         }
+    }
+
+    /// Holds a new task at the safety gate until a person confirms it.
+    pub fn await_confirmation(&mut self, now_ms: u64, message: String) {
+        self.stage = Stage::AwaitingConfirmation;
+        self.ask(now_ms, QuestionKind::Confirm, message);
+    }
+
+    /// Asks a question: the task waits in `input_required`.
+    fn ask(&mut self, now_ms: u64, kind: QuestionKind, message: String) {
+        self.asked += 1;
+        self.questions.push(Question::new(kind, self.asked, message.clone()));
+        self.status = Status::InputRequired;
+        self.status_message = message;
+        self.updated_at_ms = now_ms;
+    }
+
+    /// Records an answer to the outstanding question `key`. Returns `None`
+    /// when no such question is outstanding (never asked, already answered,
+    /// or the task ended): the answer is ignored.
+    pub fn answer(&mut self, now_ms: u64, key: &str, reply: Reply) -> Option<AfterAnswer> {
+        if self.is_terminal() {
+            return None;
+        }
+        let at = self.questions.iter().position(|q| q.key == key)?;
+        let question = self.questions.remove(at);
+        let after = match (question.kind, reply) {
+            (QuestionKind::Confirm, Reply::Yes) => {
+                self.stage = Stage::Sending;
+                self.resume(now_ms, "confirmed; sending the command to the device API");
+                AfterAnswer::Send
+            }
+            (QuestionKind::Confirm, _) => {
+                self.finish(
+                    now_ms,
+                    Status::Cancelled,
+                    None,
+                    "not sent: the confirmation was declined".to_string(),
+                );
+                AfterAnswer::Nothing
+            }
+            (QuestionKind::AcceptDifferent, Reply::Yes) => {
+                self.accepted_as_is = true;
+                let message = format!(
+                    "the device settled on a different value, accepted as is: {}",
+                    self.describe_fields()
+                );
+                self.finish(now_ms, Status::Completed, None, message);
+                AfterAnswer::Nothing
+            }
+            (QuestionKind::AcceptDifferent, Reply::Retry) => {
+                // What the device shows now is the new baseline.
+                for field in &mut self.fields {
+                    if field.observed.is_some() {
+                        field.baseline = field.observed.clone();
+                    }
+                }
+                self.diverged_streak = 0;
+                self.stage = Stage::Sending;
+                self.resume(now_ms, "sending the command again");
+                AfterAnswer::Send
+            }
+            (QuestionKind::AcceptDifferent, Reply::No) => {
+                let message = format!(
+                    "accepted by the API, but the device settled on a different value: {}",
+                    self.describe_fields()
+                );
+                self.fail(now_ms, FailureReason::DifferentValue, message);
+                AfterAnswer::Nothing
+            }
+        };
+        Some(after)
+    }
+
+    /// Back to `working` once no question is outstanding.
+    fn resume(&mut self, now_ms: u64, message: &str) {
+        if self.questions.is_empty() {
+            self.status = Status::Working;
+        }
+        self.set_message(now_ms, message.to_string());
     }
 
     pub fn is_terminal(&self) -> bool {
@@ -254,7 +367,7 @@ impl TaskRecord {
 
     /// The API accepted the command.
     pub fn mark_sent(&mut self, now_ms: u64, request_id: Option<String>) -> bool {
-        if self.is_terminal() || self.stage != Stage::Sending {
+        if self.is_terminal() || self.stage != Stage::Sending || !self.questions.is_empty() {
             return false;
         }
         self.stage = Stage::Sent {
@@ -312,11 +425,15 @@ impl TaskRecord {
         if self.is_terminal() || now_ms < self.deadline_ms() {
             return false;
         }
-        let message = format!(
-            "not finished within its TTL of {} s; last seen: {}",
-            self.timing.ttl_ms / 1000,
-            self.describe_fields()
-        );
+        let ttl_s = self.timing.ttl_ms / 1000;
+        let message = if self.stage == Stage::AwaitingConfirmation {
+            format!("not sent: no answer to the confirmation within the TTL of {ttl_s} s")
+        } else {
+            format!(
+                "not finished within its TTL of {ttl_s} s; last seen: {}",
+                self.describe_fields()
+            )
+        };
         self.fail(now_ms, FailureReason::Expired, message)
     }
 
@@ -328,6 +445,10 @@ impl TaskRecord {
         }
         if self.expire_if_due(now_ms) {
             return true;
+        }
+        if self.status == Status::InputRequired {
+            // Waiting for a person; reads would not change anything.
+            return false;
         }
         let Stage::Sent { at_ms: sent_at, .. } = self.stage else {
             return false;
@@ -372,6 +493,15 @@ impl TaskRecord {
             self.diverged_streak = 0;
         }
         if self.diverged_streak >= self.timing.stable_reads.max(1) {
+            if self.can_ask {
+                let message = format!(
+                    "{} settled on a different value: {}. Accept it, or send the command again?",
+                    self.device_id,
+                    self.describe_fields()
+                );
+                self.ask(now_ms, QuestionKind::AcceptDifferent, message);
+                return true;
+            }
             let message = format!(
                 "accepted by the API, but the device settled on a different value: {}",
                 self.describe_fields()
@@ -500,6 +630,8 @@ impl TaskRecord {
         self.status = status;
         self.failure = failure;
         self.ended_at_ms = Some(now_ms);
+        // An ended task has nothing left to ask.
+        self.questions.clear();
         self.status_message = message;
         self.updated_at_ms = now_ms;
         true
@@ -566,9 +698,12 @@ impl TaskRecord {
     pub fn to_tool_json(&self) -> Json {
         let mut task = self.task_fields();
         task.insert("deviceId".into(), json!(self.device_id));
-        let report = self.report();
+        let mut report = self.report();
         match (&self.status, &self.failure) {
             (Status::Completed, _) => {
+                if self.accepted_as_is {
+                    report.insert("acceptedAsIs".into(), json!(true));
+                }
                 task.insert("result".into(), Json::Object(report));
             }
             (Status::Failed, Some(failure)) => {
@@ -579,6 +714,11 @@ impl TaskRecord {
                 task.insert("error".into(), Json::Object(error));
             }
             _ => {
+                if !self.questions.is_empty() {
+                    let questions: Vec<&str> =
+                        self.questions.iter().map(|q| q.message.as_str()).collect();
+                    report.insert("questions".into(), json!(questions));
+                }
                 task.insert("progress".into(), Json::Object(report));
             }
         }
@@ -594,6 +734,14 @@ impl TaskRecord {
         match self.status {
             Status::Completed => {
                 task.insert("result".into(), tool_result(&self.to_tool_json(), false));
+            }
+            Status::InputRequired => {
+                let requests: Map<String, Json> = self
+                    .questions
+                    .iter()
+                    .map(|q| (q.key.clone(), q.input_request()))
+                    .collect();
+                task.insert("inputRequests".into(), Json::Object(requests));
             }
             Status::Failed => {
                 task.insert(
@@ -952,6 +1100,75 @@ mod tests {
         let failed = failed.to_detailed_json();
         assert_eq!(failed["error"]["code"], DEVICE_OUTCOME_ERROR);
         assert_eq!(failed["error"]["data"]["error"]["reason"], "superseded");
+    }
+
+    #[test]
+    fn a_gated_task_waits_for_confirmation_and_sends_only_on_yes() {
+        let mut task = TaskRecord::new(
+            "t1".into(),
+            "set_temperature",
+            "ac-living",
+            vec![field(Field::TargetTemperature, Value::Number(30.0), Value::Number(26.0))],
+            TIMING,
+            0,
+        );
+        task.await_confirmation(0, "Send 30?".into());
+        assert_eq!(task.status, Status::InputRequired);
+        assert!(!task.mark_sent(1, None), "nothing is sent before the answer");
+        let detailed = task.to_detailed_json();
+        assert_eq!(detailed["inputRequests"]["confirm_1"]["method"], "elicitation/create");
+        assert_eq!(task.answer(5, "nope", Reply::Yes), None, "unknown keys are ignored");
+        assert_eq!(task.answer(5, "confirm_1", Reply::Yes), Some(AfterAnswer::Send));
+        assert_eq!(task.status, Status::Working);
+        assert_eq!(task.answer(6, "confirm_1", Reply::Yes), None, "answered keys are ignored");
+        assert!(task.mark_sent(7, None));
+
+        let mut declined = TaskRecord::new("t2".into(), "set_temperature", "ac-living", vec![], TIMING, 0);
+        declined.await_confirmation(0, "Send?".into());
+        assert_eq!(declined.answer(1, "confirm_1", Reply::No), Some(AfterAnswer::Nothing));
+        assert_eq!(declined.status, Status::Cancelled);
+        assert!(declined.status_message.contains("declined"));
+        assert!(declined.questions.is_empty());
+    }
+
+    #[test]
+    fn an_unanswered_confirmation_expires_without_sending() {
+        let mut task = TaskRecord::new("t".into(), "set_fan", "ac-living", vec![], TIMING, 0);
+        task.await_confirmation(0, "Send?".into());
+        assert!(task.expire_if_due(TIMING.ttl_ms));
+        assert_eq!(task.status, Status::Failed);
+        assert!(task.status_message.starts_with("not sent"), "{}", task.status_message);
+    }
+
+    #[test]
+    fn a_task_that_can_ask_asks_about_a_different_value() {
+        let mut task = temperature_task(30.0, 26.0);
+        task.can_ask = true;
+        task.observe(2_000, Ok(&temp(28.0)));
+        task.observe(3_000, Ok(&temp(28.0)));
+        assert_eq!(task.status, Status::InputRequired);
+        let key = task.questions[0].key.clone();
+        assert_eq!(key, "accept_different_1");
+        assert!(task.status_message.contains("Accept it, or send the command again?"));
+        assert!(!task.observe(4_000, Ok(&temp(28.0))), "reads wait for the answer");
+
+        let mut retry = task.clone();
+        assert_eq!(retry.answer(5_000, &key, Reply::Retry), Some(AfterAnswer::Send));
+        assert_eq!(retry.stage, Stage::Sending);
+        assert_eq!(retry.fields[0].baseline, Some(Value::Number(28.0)));
+        retry.mark_sent(5_000, None);
+        retry.observe(6_000, Ok(&temp(30.0)));
+        assert_eq!(retry.status, Status::Completed);
+
+        let mut accept = task.clone();
+        assert_eq!(accept.answer(5_000, &key, Reply::Yes), Some(AfterAnswer::Nothing));
+        assert_eq!(accept.status, Status::Completed);
+        assert_eq!(accept.to_tool_json()["result"]["acceptedAsIs"], true);
+
+        let mut refuse = task;
+        refuse.answer(5_000, &key, Reply::No);
+        assert_eq!(refuse.status, Status::Failed);
+        assert_eq!(refuse.failure.unwrap().reason, FailureReason::DifferentValue);
     }
 
     #[test]

@@ -1,81 +1,239 @@
-//! Task change notices from plugins, delivered to whoever waits for them.
+//! Change notices, from plugins to whoever follows them.
 //!
-//! A plugin reports every change it stores (`runner.task-changed`); a
-//! `tools/call` that waits inline for its task to end watches its id here
-//! instead of polling the plugin.
+//! A plugin reports every task change it stores (`runner.task-changed`) and
+//! every resource change (`runner.resource-updated`); a swap reports a new
+//! tool list. Followers register what they want to hear about: a `tools/call`
+//! waiting inline for its task, a `subscriptions/listen` stream following
+//! task ids and resources, a legacy `resources/subscribe`. Publishing looks
+//! up only the followers of that one task or resource, so its cost does not
+//! grow with the number of tasks or streams.
 
 use crate::bindings::settle::plugin::types::TaskView;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::mpsc;
+
+/// Notices one follower may have waiting before it counts as stuck. A
+/// follower that falls this far behind is dropped (its stream ends, and the
+/// client listens again) rather than holding memory without bound.
+pub const FOLLOWER_BACKLOG: usize = 4096;
+
+/// One notice.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A task changed; the view is what `get-task` returns now.
+    Task(Arc<TaskView>),
+    /// The resource with this URI changed.
+    ResourceUpdated(String),
+    /// The tenant's tool list changed (a plugin swap).
+    ToolsListChanged,
+    /// The tenant's prompt list changed.
+    PromptsListChanged,
+    /// The tenant's resource list changed.
+    ResourcesListChanged,
+}
+
+/// What a follower wants to hear about.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Interest {
+    /// Changes of these tasks.
+    pub task_ids: HashSet<String>,
+    /// Updates of these resources.
+    pub resources: HashSet<String>,
+    /// List changes.
+    pub tools_list: bool,
+    /// List changes.
+    pub prompts_list: bool,
+    /// List changes.
+    pub resources_list: bool,
+}
+
+impl Interest {
+    /// Interest in one task.
+    pub fn task(task_id: &str) -> Interest {
+        Interest {
+            task_ids: [task_id.to_string()].into(),
+            ..Interest::default()
+        }
+    }
+}
 
 type Key = (String, String);
 
-/// The runner-wide registry of watched tasks.
 #[derive(Default)]
-pub struct TaskEvents {
-    watched: Mutex<HashMap<Key, watch::Sender<Option<TaskView>>>>,
+struct Registry {
+    next_id: u64,
+    followers: HashMap<u64, Follower>,
+    by_task: HashMap<Key, HashSet<u64>>,
+    by_resource: HashMap<Key, HashSet<u64>>,
 }
 
-impl TaskEvents {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, watch::Sender<Option<TaskView>>>> {
-        self.watched.lock().unwrap_or_else(|p| p.into_inner())
+struct Follower {
+    tenant: String,
+    interest: Interest,
+    sender: mpsc::Sender<Event>,
+}
+
+/// The runner-wide registry of followers.
+#[derive(Default)]
+pub struct Hub {
+    registry: Mutex<Registry>,
+}
+
+impl Hub {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts following; notices published from now on arrive in order.
+    pub fn follow(self: &Arc<Self>, tenant: &str, interest: Interest) -> Following {
+        let (sender, receiver) = mpsc::channel(FOLLOWER_BACKLOG);
+        let mut registry = self.lock();
+        registry.next_id += 1;
+        let id = registry.next_id;
+        for task in &interest.task_ids {
+            registry
+                .by_task
+                .entry((tenant.to_string(), task.clone()))
+                .or_default()
+                .insert(id);
+        }
+        for uri in &interest.resources {
+            registry
+                .by_resource
+                .entry((tenant.to_string(), uri.clone()))
+                .or_default()
+                .insert(id);
+        }
+        registry.followers.insert(
+            id,
+            Follower {
+                tenant: tenant.to_string(),
+                interest,
+                sender,
+            },
+        );
+        Following {
+            id,
+            receiver,
+            hub: self.clone(),
+        }
     }
 
     /// A task of `tenant` changed.
-    pub fn publish(&self, tenant: &str, view: TaskView) {
+    pub fn publish_task(&self, tenant: &str, view: TaskView) {
         let key = (tenant.to_string(), view.task_id.clone());
-        if let Some(sender) = self.lock().get(&key) {
-            sender.send_replace(Some(view));
+        let event = Event::Task(Arc::new(view));
+        self.deliver(|r| r.by_task.get(&key).cloned().unwrap_or_default(), event);
+    }
+
+    /// A resource of `tenant` changed.
+    pub fn publish_resource(&self, tenant: &str, uri: &str) {
+        let key = (tenant.to_string(), uri.to_string());
+        let event = Event::ResourceUpdated(uri.to_string());
+        self.deliver(|r| r.by_resource.get(&key).cloned().unwrap_or_default(), event);
+    }
+
+    /// A list of `tenant` changed; `event` says which.
+    pub fn publish_list_changed(&self, tenant: &str, event: Event) {
+        let wants = |i: &Interest| match event {
+            Event::ToolsListChanged => i.tools_list,
+            Event::PromptsListChanged => i.prompts_list,
+            Event::ResourcesListChanged => i.resources_list,
+            _ => false,
+        };
+        self.deliver(
+            |r| {
+                r.followers
+                    .iter()
+                    .filter(|(_, f)| f.tenant == tenant && wants(&f.interest))
+                    .map(|(id, _)| *id)
+                    .collect()
+            },
+            event.clone(),
+        );
+    }
+
+    fn deliver(&self, targets: impl FnOnce(&Registry) -> HashSet<u64>, event: Event) {
+        let mut registry = self.lock();
+        let mut stuck = Vec::new();
+        for id in targets(&registry) {
+            if let Some(follower) = registry.followers.get(&id)
+                && follower.sender.try_send(event.clone()).is_err()
+            {
+                stuck.push(id);
+            }
+        }
+        for id in stuck {
+            tracing::warn!("a follower fell {FOLLOWER_BACKLOG} notices behind; ending its stream");
+            remove(&mut registry, id);
         }
     }
 
-    /// Starts watching a task; changes published from now on are seen.
-    pub fn watch(self: &Arc<Self>, tenant: &str, task_id: &str) -> TaskWatch {
-        let key = (tenant.to_string(), task_id.to_string());
-        let rx = self
-            .lock()
-            .entry(key.clone())
-            .or_insert_with(|| watch::channel(None).0)
-            .subscribe();
-        TaskWatch {
-            rx,
-            key,
-            events: self.clone(),
+    /// How many followers are registered (for tests and metrics).
+    pub fn followers(&self) -> usize {
+        self.lock().followers.len()
+    }
+}
+
+fn remove(registry: &mut Registry, id: u64) {
+    let Some(follower) = registry.followers.remove(&id) else {
+        return;
+    };
+    for task in follower.interest.task_ids {
+        let key = (follower.tenant.clone(), task);
+        if let Some(ids) = registry.by_task.get_mut(&key) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                registry.by_task.remove(&key);
+            }
+        }
+    }
+    for uri in follower.interest.resources {
+        let key = (follower.tenant.clone(), uri);
+        if let Some(ids) = registry.by_resource.get_mut(&key) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                registry.by_resource.remove(&key);
+            }
         }
     }
 }
 
-/// A watch on one task; stops watching when dropped.
-pub struct TaskWatch {
-    rx: watch::Receiver<Option<TaskView>>,
-    key: Key,
-    events: Arc<TaskEvents>,
+/// A registered follower; unregisters when dropped.
+pub struct Following {
+    id: u64,
+    receiver: mpsc::Receiver<Event>,
+    hub: Arc<Hub>,
 }
 
-impl TaskWatch {
+impl Following {
+    /// The next notice; `None` once the hub dropped this follower.
+    pub async fn next(&mut self) -> Option<Event> {
+        self.receiver.recv().await
+    }
+
     /// The task's view once it has ended, or `None` if it did not end
     /// within `wait`.
-    pub async fn ended_within(&mut self, wait: Duration) -> Option<TaskView> {
-        let ended = self.rx.wait_for(|v| v.as_ref().is_some_and(|v| v.terminal));
-        match tokio::time::timeout(wait, ended).await {
-            Ok(Ok(view)) => view.clone(),
-            _ => None,
-        }
+    pub async fn task_ended_within(&mut self, wait: Duration) -> Option<Arc<TaskView>> {
+        let ended = async {
+            while let Some(event) = self.next().await {
+                if let Event::Task(view) = event
+                    && view.terminal
+                {
+                    return Some(view);
+                }
+            }
+            None
+        };
+        tokio::time::timeout(wait, ended).await.ok().flatten()
     }
 }
 
-impl Drop for TaskWatch {
+impl Drop for Following {
     fn drop(&mut self) {
-        let mut watched = self.events.lock();
-        // The entry goes when its last watcher does (this one still counts).
-        if watched
-            .get(&self.key)
-            .is_some_and(|s| s.receiver_count() <= 1)
-        {
-            watched.remove(&self.key);
-        }
+        remove(&mut self.hub.lock(), self.id);
     }
 }
 
@@ -93,30 +251,75 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_watch_sees_its_task_end() {
-        let events = Arc::new(TaskEvents::default());
-        let mut w = events.watch("t", "a");
-        events.publish("t", view("a", false));
-        events.publish("t", view("b", true));
-        events.publish("other", view("a", true));
-        assert!(w.ended_within(Duration::from_millis(20)).await.is_none());
-        events.publish("t", view("a", true));
-        assert!(
-            w.ended_within(Duration::from_secs(5))
-                .await
-                .unwrap()
-                .terminal
-        );
+    async fn a_follower_sees_its_task_end_and_nothing_else() {
+        let hub = Arc::new(Hub::default());
+        let mut f = hub.follow("t", Interest::task("a"));
+        hub.publish_task("t", view("a", false));
+        hub.publish_task("t", view("b", true));
+        hub.publish_task("other", view("a", true));
+        assert!(f.task_ended_within(Duration::from_millis(20)).await.is_none());
+        hub.publish_task("t", view("a", true));
+        assert!(f.task_ended_within(Duration::from_secs(5)).await.unwrap().terminal);
     }
 
     #[tokio::test]
-    async fn dropping_the_last_watch_forgets_the_task() {
-        let events = Arc::new(TaskEvents::default());
-        let w1 = events.watch("t", "a");
-        let w2 = events.watch("t", "a");
-        drop(w1);
-        assert_eq!(events.lock().len(), 1);
-        drop(w2);
-        assert!(events.lock().is_empty());
+    async fn each_change_reaches_each_follower_once() {
+        let hub = Arc::new(Hub::default());
+        let mut both = hub.follow(
+            "t",
+            Interest {
+                task_ids: ["a".to_string(), "b".to_string()].into(),
+                ..Interest::default()
+            },
+        );
+        hub.publish_task("t", view("a", false));
+        hub.publish_task("t", view("b", false));
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            if let Some(Event::Task(v)) = both.next().await {
+                seen.push(v.task_id.clone());
+            }
+        }
+        assert_eq!(seen, ["a", "b"]);
+        assert!(both.receiver.try_recv().is_err(), "nothing more");
+    }
+
+    #[tokio::test]
+    async fn dropping_a_follower_unregisters_it() {
+        let hub = Arc::new(Hub::default());
+        let f1 = hub.follow("t", Interest::task("a"));
+        let f2 = hub.follow("t", Interest::task("a"));
+        drop(f1);
+        assert_eq!(hub.followers(), 1);
+        drop(f2);
+        assert_eq!(hub.followers(), 0);
+        assert!(hub.lock().by_task.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_follower_that_falls_too_far_behind_is_ended() {
+        let hub = Arc::new(Hub::default());
+        let mut f = hub.follow("t", Interest::task("a"));
+        for _ in 0..=FOLLOWER_BACKLOG {
+            hub.publish_task("t", view("a", false));
+        }
+        assert_eq!(hub.followers(), 0);
+        let mut n = 0;
+        while f.next().await.is_some() {
+            n += 1;
+        }
+        assert_eq!(n, FOLLOWER_BACKLOG, "what was queued is still delivered, then the stream ends");
+    }
+
+    #[tokio::test]
+    async fn list_changes_reach_only_interested_followers_of_the_tenant() {
+        let hub = Arc::new(Hub::default());
+        let mut yes = hub.follow("t", Interest { tools_list: true, ..Interest::default() });
+        let mut no = hub.follow("t", Interest::default());
+        let mut other = hub.follow("u", Interest { tools_list: true, ..Interest::default() });
+        hub.publish_list_changed("t", Event::ToolsListChanged);
+        assert!(matches!(yes.next().await, Some(Event::ToolsListChanged)));
+        assert!(no.receiver.try_recv().is_err());
+        assert!(other.receiver.try_recv().is_err());
     }
 }

@@ -5,11 +5,11 @@
 //! Nothing outside this module touches `wasmtime::Config`.
 
 use crate::bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, TaskError, TaskView, Tool,
+    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
 };
 use crate::bindings::{DevicePlugin, DevicePluginPre};
 use crate::capabilities;
-use crate::state::{HostState, MemoryLimitExceeded, STDERR_CAPTURE_BYTES};
+use crate::state::{HostState, MemoryLimitExceeded, RequestNotifier, STDERR_CAPTURE_BYTES};
 use crate::store::Store as StateStore;
 use crate::tenant::Tenant;
 use std::path::{Path, PathBuf};
@@ -85,6 +85,11 @@ impl Plugin {
     pub fn cached_tools(&self) -> Option<&[Tool]> {
         self.tools.get().map(|t| t.as_slice())
     }
+
+    /// The capabilities, if they have been read already.
+    pub fn cached_capabilities(&self) -> Option<&serde_json::Value> {
+        self.capabilities.get().map(|c| c.as_ref())
+    }
 }
 
 /// A compiled, linked plugin, ready to instantiate.
@@ -94,6 +99,8 @@ pub struct Plugin {
     pub source: PathBuf,
     /// The tool list, read once: it must not change while the plugin does not.
     tools: tokio::sync::OnceCell<Arc<Vec<Tool>>>,
+    /// What it serves beyond tools (`ServerCapabilities` JSON), read once.
+    capabilities: tokio::sync::OnceCell<Arc<serde_json::Value>>,
 }
 
 /// The engine, linker and store shared by every plugin and call.
@@ -187,11 +194,16 @@ impl Runtime {
             pre,
             source: path.to_path_buf(),
             tools: tokio::sync::OnceCell::new(),
+            capabilities: tokio::sync::OnceCell::new(),
         })
     }
 
     /// A fresh instance of the tenant's current plugin, with its limits.
-    async fn start<'t>(&self, tenant: &'t Tenant) -> Result<Call<'t>, Fault> {
+    async fn start<'t>(
+        &self,
+        tenant: &'t Tenant,
+        request: Option<Arc<dyn RequestNotifier>>,
+    ) -> Result<Call<'t>, Fault> {
         // Closed only at shutdown, after which no call starts.
         let permit = tenant
             .calls
@@ -200,7 +212,7 @@ impl Runtime {
             .map_err(|_| Fault::Instantiate("the runner is shutting down".into()))?;
         let plugin = tenant.plugin.load_full();
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
-        let state = HostState::new(tenant.context.clone(), self.store.clone(), stderr.clone());
+        let state = HostState::new(tenant.context.clone(), self.store.clone(), stderr.clone(), request);
         let memory_hit = state.limiter.hit.clone();
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -232,7 +244,7 @@ impl Runtime {
         plugin
             .tools
             .get_or_try_init(|| async {
-                let mut call = self.start(tenant).await?;
+                let mut call = self.start(tenant, None).await?;
                 let exports = call.instance.settle_plugin_plugin();
                 let tools = call
                     .probe
@@ -244,13 +256,37 @@ impl Runtime {
             .cloned()
     }
 
-    /// Runs `call-tool`.
+    /// What the plugin serves beyond tools, read once per loaded plugin. A
+    /// reply that is not JSON counts as `{}` and is logged.
+    pub async fn capabilities(&self, tenant: &Tenant) -> Result<Arc<serde_json::Value>, Fault> {
+        let plugin = tenant.plugin.load_full();
+        plugin
+            .capabilities
+            .get_or_try_init(|| async {
+                let mut call = self.start(tenant, None).await?;
+                let exports = call.instance.settle_plugin_plugin();
+                let json = call
+                    .probe
+                    .guard("capabilities", exports.call_capabilities(&mut call.store))
+                    .await?;
+                let value = serde_json::from_str(&json).unwrap_or_else(|e| {
+                    tracing::error!(tenant = %tenant.name(), "plugin capabilities are not JSON: {e}");
+                    serde_json::json!({})
+                });
+                Ok(Arc::new(value))
+            })
+            .await
+            .cloned()
+    }
+
+    /// Runs `call-tool`; `notifier` receives its progress and log messages.
     pub async fn call_tool(
         &self,
         tenant: &Tenant,
         request: &CallRequest,
+        notifier: Option<Arc<dyn RequestNotifier>>,
     ) -> Result<Result<CallOutcome, CallError>, Fault> {
-        let mut call = self.start(tenant).await?;
+        let mut call = self.start(tenant, notifier).await?;
         let exports = call.instance.settle_plugin_plugin();
         call.probe
             .guard(
@@ -260,13 +296,27 @@ impl Runtime {
             .await
     }
 
+    /// Runs `serve` (resources, prompts, completion).
+    pub async fn serve(
+        &self,
+        tenant: &Tenant,
+        request: &McpRequest,
+        notifier: Option<Arc<dyn RequestNotifier>>,
+    ) -> Result<Result<RequestOutcome, CallError>, Fault> {
+        let mut call = self.start(tenant, notifier).await?;
+        let exports = call.instance.settle_plugin_plugin();
+        call.probe
+            .guard("serve", exports.call_serve(&mut call.store, request))
+            .await
+    }
+
     /// Runs `get-task`.
     pub async fn get_task(
         &self,
         tenant: &Tenant,
         task_id: &str,
     ) -> Result<Result<TaskView, TaskError>, Fault> {
-        let mut call = self.start(tenant).await?;
+        let mut call = self.start(tenant, None).await?;
         let exports = call.instance.settle_plugin_plugin();
         call.probe
             .guard("get-task", exports.call_get_task(&mut call.store, task_id))
@@ -280,7 +330,7 @@ impl Runtime {
         task_id: &str,
         input_responses: &str,
     ) -> Result<Result<(), TaskError>, Fault> {
-        let mut call = self.start(tenant).await?;
+        let mut call = self.start(tenant, None).await?;
         let exports = call.instance.settle_plugin_plugin();
         call.probe
             .guard(
@@ -296,7 +346,7 @@ impl Runtime {
         tenant: &Tenant,
         task_id: &str,
     ) -> Result<Result<(), TaskError>, Fault> {
-        let mut call = self.start(tenant).await?;
+        let mut call = self.start(tenant, None).await?;
         let exports = call.instance.settle_plugin_plugin();
         call.probe
             .guard(
@@ -313,7 +363,7 @@ impl Runtime {
         group: &str,
         task_ids: &[String],
     ) -> Result<(), Fault> {
-        let mut call = self.start(tenant).await?;
+        let mut call = self.start(tenant, None).await?;
         let exports = call.instance.settle_plugin_plugin();
         call.probe
             .guard(

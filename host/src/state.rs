@@ -14,6 +14,29 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+/// Where a plugin's progress and log notifications go while it serves a
+/// client request. The MCP layer implements it; the runtime stays free of
+/// protocol types.
+pub trait RequestNotifier: Send + Sync {
+    /// A `notifications/progress` for the request, if it has a token.
+    fn progress(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> futures::future::BoxFuture<'static, ()>;
+
+    /// A `notifications/message`, if the client asked for this level.
+    fn log(
+        &self,
+        level: LogLevel,
+        logger: Option<String>,
+        data: serde_json::Value,
+    ) -> futures::future::BoxFuture<'static, ()>;
+}
+
+pub use crate::bindings::settle::plugin::runner::LogLevel;
+
 /// How much of a plugin's stderr is kept (it writes there when it panics).
 pub const STDERR_CAPTURE_BYTES: usize = 64 * 1024;
 
@@ -33,12 +56,20 @@ pub struct HostState {
     pub tenant: Arc<TenantContext>,
     /// Enforces the tenant's memory limit and remembers it was hit.
     pub limiter: MemoryLimiter,
+    /// The client request this call serves, if any: where progress and log
+    /// messages go.
+    pub request: Option<std::sync::Arc<dyn RequestNotifier>>,
 }
 
 impl HostState {
     /// A fresh state for one call of `tenant`; `stderr` receives the plugin's
     /// stderr so a crash can be logged with its message.
-    pub fn new(tenant: Arc<TenantContext>, store: Store, stderr: MemoryOutputPipe) -> HostState {
+    pub fn new(
+        tenant: Arc<TenantContext>,
+        store: Store,
+        stderr: MemoryOutputPipe,
+        request: Option<Arc<dyn RequestNotifier>>,
+    ) -> HostState {
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr)
             .allow_tcp(false)
@@ -58,6 +89,7 @@ impl HostState {
             },
             limiter: MemoryLimiter::new(tenant.limits.memory_bytes),
             tenant,
+            request,
         }
     }
 
@@ -81,6 +113,7 @@ impl HostState {
         RunnerView {
             kv: &self.kv,
             tenant: &self.tenant,
+            request: self.request.as_deref(),
         }
     }
 }

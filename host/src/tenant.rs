@@ -1,7 +1,7 @@
 //! A tenant: one user of the runner, with its own plugin, settings,
 //! outbound allow-list, limits and store namespace.
 
-use crate::events::TaskEvents;
+use crate::events::Hub;
 use crate::policy::OutboundPolicy;
 use crate::runtime::Plugin;
 use arc_swap::ArcSwap;
@@ -49,8 +49,8 @@ pub struct TenantContext {
     pub policy: OutboundPolicy,
     /// Bounds of each call.
     pub limits: Limits,
-    /// Where the plugin's task change notices go.
-    pub events: Arc<TaskEvents>,
+    /// Where the plugin's change notices go (shared by all tenants).
+    pub events: Arc<Hub>,
     /// Counters for operators.
     pub stats: TenantStats,
 }

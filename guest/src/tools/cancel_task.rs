@@ -1,7 +1,7 @@
 //! `cancel_task`: stop tracking a task.
 
 use super::args::Args;
-use super::{Context, Definition, Failure, Output, TASK_ID_SCHEMA, TASK_SCHEMA};
+use super::{Caller, Context, Definition, Failure, Output, TASK_ID_SCHEMA, TASK_SCHEMA};
 use crate::host;
 use crate::task::tool_result;
 use serde_json::Value as Json;
@@ -14,7 +14,7 @@ pub const DEFINITION: Definition = Definition {
     read_only: false,
 };
 
-pub fn run(ctx: &Context, arguments: &Json) -> Result<Output, Failure> {
+pub fn run(ctx: &Context, arguments: &Json, _caller: &Caller<'_>) -> Result<Output, Failure> {
     let args = Args::new(DEFINITION.name, arguments, &["task_id"]).map_err(Failure::Tool)?;
     let id = super::command::task_id_argument(&args)?;
     let now = host::now_ms();

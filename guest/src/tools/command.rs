@@ -7,9 +7,12 @@ use super::args::Args;
 use super::{Context, Failure, Output};
 use crate::driver::{DriverError, Reading};
 use crate::gate::{self, Readability, Rules};
+use crate::bindings::settle::plugin::types::ClientContext;
 use crate::host;
 use crate::model::{Field, Value};
+use crate::question::{self, Question, QuestionKind, Reply};
 use crate::task::{FieldState, TaskRecord};
+use serde_json::{Value as Json, json};
 
 /// A command as a tool parsed it from its arguments.
 pub struct Command<'a> {
@@ -52,7 +55,7 @@ pub fn unknown_task(id: &str) -> Failure {
 }
 
 /// Runs a verified command.
-pub fn run(ctx: &Context, command: Command<'_>) -> Result<Output, Failure> {
+pub fn run(ctx: &Context, command: Command<'_>, caller: &Caller<'_>) -> Result<Output, Failure> {
     let Command {
         tool,
         device_id,
@@ -68,11 +71,30 @@ pub fn run(ctx: &Context, command: Command<'_>) -> Result<Output, Failure> {
         max_temperature: ctx.settings.safe_max_temperature,
     };
     let reasons = gate::reasons(&rules, &pairs, &readability);
+    let mut held_for_confirmation = None;
     if !reasons.is_empty() && !confirm {
-        return Err(Failure::Tool(format!(
-            "needs confirmation; nothing was sent: {}. Ask the user, and if they agree call {tool} again with confirm: true",
+        let question = format!(
+            "{tool} on {device_id} ({}): {}. Send it anyway?",
+            describe(&pairs),
             reasons.join("; ")
-        )));
+        );
+        match confirmation(caller, tool, device_id, &pairs, &question) {
+            Confirmation::OnTask => held_for_confirmation = Some(question),
+            Confirmation::Given => {}
+            Confirmation::Ask(questions) => return Ok(Output::Questions(questions)),
+            Confirmation::Declined => {
+                return Err(Failure::Tool(format!(
+                    "not confirmed, so nothing was sent: {}",
+                    reasons.join("; ")
+                )));
+            }
+            Confirmation::Impossible => {
+                return Err(Failure::Tool(format!(
+                    "needs confirmation; nothing was sent: {}. Ask the user, and if they agree call {tool} again with confirm: true",
+                    reasons.join("; ")
+                )));
+            }
+        }
     }
 
     let states: Vec<FieldState> = states
@@ -99,6 +121,16 @@ pub fn run(ctx: &Context, command: Command<'_>) -> Result<Output, Failure> {
         ctx.settings.timing,
         now,
     );
+    record.can_ask = caller.client.tasks && caller.client.elicitation;
+    if let Some(question) = held_for_confirmation {
+        // Nothing is sent until the answer comes through tasks/update; the
+        // only wake is the deadline, where an unanswered task expires.
+        record.await_confirmation(now, question);
+        let deadline = record.deadline_ms();
+        ctx.tasks.create(&record, deadline).map_err(Failure::Internal)?;
+        supersede_earlier(ctx, &record, now)?;
+        return Ok(Output::Task(Box::new(record)));
+    }
     // If the runner stops before the send below is recorded, this wake lets
     // the scheduler re-send (commands are absolute, so that is safe). It
     // lies past the send's own timeout so it never races a send in flight.
@@ -107,8 +139,97 @@ pub fn run(ctx: &Context, command: Command<'_>) -> Result<Output, Failure> {
         .create(&record, recovery_wake)
         .map_err(Failure::Internal)?;
     supersede_earlier(ctx, &record, now)?;
+    record = send_and_record(ctx, &record)?;
+    Ok(Output::Task(Box::new(record)))
+}
 
-    let sent = ctx.driver.send(device_id, &pairs);
+/// The command's fields as `name value, …`.
+fn describe(pairs: &[(Field, Value)]) -> String {
+    pairs
+        .iter()
+        .map(|(f, v)| format!("{f} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Who is calling, and what they sent besides the arguments.
+pub struct Caller<'a> {
+    pub client: &'a ClientContext,
+    /// MRTR answers on a retried call.
+    pub input_responses: Option<&'a Json>,
+    /// MRTR state on a retried call.
+    pub request_state: Option<&'a str>,
+}
+
+/// How a gated command gets its confirmation.
+enum Confirmation {
+    /// The client follows tasks and answers elicitations: hold the command
+    /// on a task in `input_required`.
+    OnTask,
+    /// An MRTR retry carried a yes for exactly this command.
+    Given,
+    /// Ask with MRTR (the `InputRequiredResult` body).
+    Ask(Json),
+    /// An MRTR retry carried a no.
+    Declined,
+    /// The client can answer no question: it must pass `confirm: true`.
+    Impossible,
+}
+
+/// The MRTR key of the confirmation question.
+const CONFIRM_KEY: &str = "confirm";
+
+fn confirmation(
+    caller: &Caller<'_>,
+    tool: &str,
+    device_id: &str,
+    pairs: &[(Field, Value)],
+    message: &str,
+) -> Confirmation {
+    let client = caller.client;
+    if client.tasks && client.elicitation {
+        return Confirmation::OnTask;
+    }
+    if !client.elicitation {
+        return Confirmation::Impossible;
+    }
+    // The state names the exact command, so a yes given for one command
+    // cannot be replayed onto another.
+    let state = format!(
+        "confirm:{}",
+        question::digest(&format!("{tool}|{device_id}|{}", describe(pairs)))
+    );
+    let answer = caller
+        .input_responses
+        .and_then(|r| r.get(CONFIRM_KEY))
+        .filter(|_| caller.request_state == Some(state.as_str()));
+    match answer.map(|a| question::read_reply(QuestionKind::Confirm, a)) {
+        Some(Reply::Yes) => Confirmation::Given,
+        Some(_) => Confirmation::Declined,
+        None => {
+            let question = Question {
+                key: CONFIRM_KEY.to_string(),
+                kind: QuestionKind::Confirm,
+                message: message.to_string(),
+            };
+            Confirmation::Ask(json!({
+                "inputRequests": { CONFIRM_KEY: question.input_request() },
+                "requestState": state,
+            }))
+        }
+    }
+}
+
+/// Sends a stored task's command and records what the API said. A refusal
+/// (4xx, denied, bad credentials) ends the task as not sent and is a tool
+/// error; no answer at all is not a refusal: the sensors will tell.
+pub fn send_and_record(ctx: &Context, record: &TaskRecord) -> Result<TaskRecord, Failure> {
+    let pairs: Vec<(Field, Value)> = record
+        .fields
+        .iter()
+        .map(|f| (f.field, f.sent.clone()))
+        .collect();
+    let sent = ctx.driver.send(&record.device_id, &pairs);
     let now = host::now_ms();
     let refused = match &sent {
         Ok(_) | Err(DriverError::Unreachable(_)) => None,
@@ -123,11 +244,10 @@ pub fn run(ctx: &Context, command: Command<'_>) -> Result<Output, Failure> {
         })
         .map_err(Failure::Internal)?
         .ok_or_else(|| Failure::Internal(format!("task {} vanished while sending", record.id)))?;
-    if let Some(why) = refused {
-        return Err(Failure::Tool(format!("{why}; the command was not applied")));
+    match refused {
+        Some(why) => Err(Failure::Tool(format!("{why}; the command was not applied"))),
+        None => Ok(stored),
     }
-    record = stored;
-    Ok(Output::Task(Box::new(record)))
 }
 
 /// Checks each value against what the device accepts. Every problem is
@@ -178,16 +298,7 @@ fn probe(ctx: &Context, device_id: &str) -> Result<(Option<Reading>, Readability
     match ctx.driver.read(device_id) {
         Ok(reading) => {
             let fields = reading.values.keys().copied().collect();
-            if let Err(e) = ctx.tasks.remember_readable(
-                device_id,
-                reading.values.keys().copied().collect(),
-                host::now_ms(),
-            ) {
-                host::log(
-                    host::Level::Warn,
-                    &format!("remembering readable fields: {e}"),
-                );
-            }
+            crate::resources::observed(ctx, device_id, &reading);
             Ok((Some(reading), Readability::Known(fields)))
         }
         Err(DriverError::UnknownDevice(id)) => Err(Failure::Tool(format!(

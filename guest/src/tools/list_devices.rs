@@ -1,7 +1,7 @@
 //! `list_devices`: the devices the API lists.
 
 use super::args::Args;
-use super::{Context, Definition, Failure, Output};
+use super::{Caller, Context, Definition, Failure, Output};
 use crate::task::tool_result;
 use serde_json::{Value as Json, json};
 
@@ -13,7 +13,7 @@ pub const DEFINITION: Definition = Definition {
     read_only: true,
 };
 
-pub fn run(ctx: &Context, arguments: &Json) -> Result<Output, Failure> {
+pub fn run(ctx: &Context, arguments: &Json, _caller: &Caller<'_>) -> Result<Output, Failure> {
     Args::new(DEFINITION.name, arguments, &[]).map_err(Failure::Tool)?;
     let devices = ctx
         .driver

@@ -39,7 +39,7 @@ pub(crate) const TASK_ID_SCHEMA: &str =
 /// A tool: its definition and the function that runs it.
 struct Tool {
     definition: Definition,
-    run: fn(&Context, &Json) -> Result<Output, Failure>,
+    run: fn(&Context, &Json, &Caller<'_>) -> Result<Output, Failure>,
 }
 
 /// All tools, in the order `tools/list` shows them.
@@ -84,6 +84,9 @@ pub enum Output {
     Result(Json),
     /// A verified command, now a stored task.
     Task(Box<TaskRecord>),
+    /// MRTR: questions to answer before the tool can go on (the
+    /// `InputRequiredResult` body).
+    Questions(Json),
 }
 
 /// Why a tool call produced no output.
@@ -127,14 +130,16 @@ impl Context {
     }
 }
 
+pub use command::{Caller, send_and_record};
+
 /// Runs one tool.
-pub fn call(name: &str, arguments: &Json) -> Result<Output, Failure> {
+pub fn call(name: &str, arguments: &Json, caller: &Caller<'_>) -> Result<Output, Failure> {
     let tool = TOOLS
         .iter()
         .find(|t| t.definition.name == name)
         .ok_or_else(|| Failure::UnknownTool(name.to_string()))?;
     let ctx = Context::load().map_err(Failure::Internal)?;
-    (tool.run)(&ctx, arguments)
+    (tool.run)(&ctx, arguments, caller)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use super::args::Args;
 use super::command::{self, Command};
-use super::{Context, Definition, Failure, Output, TASK_SCHEMA};
+use super::{Caller, Context, Definition, Failure, Output, TASK_SCHEMA};
 use crate::model::{Field, Value};
 use serde_json::Value as Json;
 
@@ -14,7 +14,7 @@ pub const DEFINITION: Definition = Definition {
     read_only: false,
 };
 
-pub fn run(ctx: &Context, arguments: &Json) -> Result<Output, Failure> {
+pub fn run(ctx: &Context, arguments: &Json, caller: &Caller<'_>) -> Result<Output, Failure> {
     let args = Args::new(
         DEFINITION.name,
         arguments,
@@ -31,5 +31,6 @@ pub fn run(ctx: &Context, arguments: &Json) -> Result<Output, Failure> {
             fields: vec![(Field::TargetTemperature, Value::Number(temperature))],
             confirm: args.flag("confirm").map_err(Failure::Tool)?,
         },
+        caller,
     )
 }

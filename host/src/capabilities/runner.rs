@@ -3,6 +3,7 @@
 use crate::bindings::settle::plugin::runner as wit;
 use crate::bindings::settle::plugin::types::TaskView;
 use crate::capabilities::kv::KvCtx;
+use crate::state::RequestNotifier;
 use crate::store::Wake;
 use crate::tenant::TenantContext;
 use wasmtime::component::{HasData, Linker};
@@ -20,6 +21,8 @@ pub struct RunnerView<'a> {
     pub kv: &'a KvCtx,
     /// Where task changes are published and logs are attributed.
     pub tenant: &'a TenantContext,
+    /// The client request being served, if any.
+    pub request: Option<&'a dyn RequestNotifier>,
 }
 
 struct HasRunner;
@@ -76,7 +79,39 @@ impl wit::Host for RunnerView<'_> {
     }
 
     async fn task_changed(&mut self, task: TaskView) -> wasmtime::Result<()> {
-        self.tenant.events.publish(&self.tenant.name, task);
+        self.tenant.events.publish_task(&self.tenant.name, task);
+        Ok(())
+    }
+
+    async fn resource_updated(&mut self, uri: String) -> wasmtime::Result<()> {
+        self.tenant.events.publish_resource(&self.tenant.name, &uri);
+        Ok(())
+    }
+
+    async fn progress(
+        &mut self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> wasmtime::Result<()> {
+        if let Some(request) = self.request {
+            request.progress(progress, total, message).await;
+        }
+        Ok(())
+    }
+
+    async fn notify_log(
+        &mut self,
+        level: wit::LogLevel,
+        logger: Option<String>,
+        data: String,
+    ) -> wasmtime::Result<()> {
+        let Some(request) = self.request else {
+            return Ok(());
+        };
+        // A plugin's log data is JSON by contract; keep plain text if not.
+        let data = serde_json::from_str(&data).unwrap_or(serde_json::Value::String(data));
+        request.log(level, logger, data).await;
         Ok(())
     }
 

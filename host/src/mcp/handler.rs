@@ -2,26 +2,41 @@
 //!
 //! It owns the protocol decisions the plugin should not have to know about:
 //! which era a request is in, whether the client may receive a task, how long
-//! to wait inline for a task before answering, and how plugin outcomes and
-//! faults become MCP results and JSON-RPC errors.
+//! to wait inline for a task before answering, how a legacy client answers a
+//! plugin's questions, and how plugin outcomes and faults become MCP results
+//! and JSON-RPC errors.
 
+// MCP logging is deprecated (SEP-2577) but part of the legacy era settle
+// serves, so rmcp's logging types are used on purpose.
+#![allow(deprecated)]
+
+use super::notify::Notifier;
 use crate::bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, ClientContext, TaskError, TaskView, Tool as PluginTool,
+    CallError, CallOutcome, CallRequest, ClientContext, McpRequest, RequestOutcome, TaskError,
+    TaskView, Tool as PluginTool,
 };
 use crate::drain::Drain;
+use crate::events::{Event, Hub, Interest};
 use crate::runtime::{Fault, Runtime};
+use crate::state::RequestNotifier;
 use crate::tenant::Tenant;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientCapabilities,
-    CreateTaskResult, CustomRequest, CustomResult, DetailedTask, ErrorData, GetTaskParams,
-    GetTaskResult, Implementation, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ServerCapabilities, ServerConfig, Task, Tool, UpdateTaskParams,
+    CompleteRequestParams, CompleteResult, CreateTaskResult, CustomRequest, CustomResult,
+    DetailedTask, ErrorCode, ErrorData, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    GetTaskParams, GetTaskResult, Implementation, InputRequiredResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
+    ServerRequest, SetLevelRequestParams, SubscribeRequestParams, Task, Tool,
+    UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The protocol versions settle serves: 2026-07-28 statelessly, and the two
@@ -31,6 +46,10 @@ const VERSIONS: [ProtocolVersion; 3] = [
     ProtocolVersion::V_2025_11_25,
     ProtocolVersion::V_2026_07_28,
 ];
+
+/// Question rounds a legacy client is taken through before giving up: the
+/// plugin may ask again after each answer, but not forever.
+const MAX_QUESTION_ROUNDS: usize = 10;
 
 const INSTRUCTIONS: &str = "Device commands are verified: each returns a task that completes only \
 when the device's own sensors show the new state, or fails with what the device reported instead.";
@@ -51,10 +70,13 @@ impl Default for ServeOptions {
     }
 }
 
-/// One tenant's MCP server. Cheap to clone: rmcp makes one per request.
+/// One tenant's MCP server. rmcp asks for a handler per stateless request
+/// and per legacy session: [`Settle::for_session`] makes one, sharing
+/// everything but the session's own state.
 #[derive(Clone)]
 pub struct Settle {
     inner: Arc<Inner>,
+    session: Arc<Session>,
 }
 
 struct Inner {
@@ -63,6 +85,24 @@ struct Inner {
     options: ServeOptions,
     /// Counts calls in flight, so shutdown can let them finish.
     drain: Drain,
+}
+
+/// What a legacy (`initialize`) session remembers between its requests.
+#[derive(Default)]
+struct Session {
+    /// The level `logging/setLevel` chose; until then every message goes.
+    log_level: Mutex<Option<LoggingLevel>>,
+    /// Forwarders of `resources/subscribe`, by URI; dropping one ends it.
+    subscriptions: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let subscriptions = self.subscriptions.get_mut().unwrap_or_else(|p| p.into_inner());
+        for (_, forwarder) in subscriptions.drain() {
+            forwarder.abort();
+        }
+    }
 }
 
 impl Settle {
@@ -80,6 +120,15 @@ impl Settle {
                 options,
                 drain,
             }),
+            session: Arc::default(),
+        }
+    }
+
+    /// The same server with fresh session state.
+    pub fn for_session(&self) -> Settle {
+        Settle {
+            inner: self.inner.clone(),
+            session: Arc::default(),
         }
     }
 
@@ -88,19 +137,62 @@ impl Settle {
         &self.inner.drain
     }
 
+    pub(super) fn hub(&self) -> &Arc<Hub> {
+        &self.tenant().context.events
+    }
+
+    pub(super) fn tenant_name(&self) -> &str {
+        self.tenant().name()
+    }
+
+    /// What the plugin serves beyond tools (read when it was loaded).
+    pub(super) fn plugin_capabilities(&self) -> Value {
+        self.tenant()
+            .plugin
+            .load()
+            .cached_capabilities()
+            .cloned()
+            .unwrap_or_else(|| json!({}))
+    }
+
     fn tenant(&self) -> &Tenant {
         &self.inner.tenant
+    }
+
+    fn runtime(&self) -> &Runtime {
+        &self.inner.runtime
+    }
+
+    /// Where the plugin's progress and log messages for this request go.
+    fn notifier(&self, cx: &RequestContext<RoleServer>) -> Arc<dyn RequestNotifier> {
+        let min_level = if is_modern(cx) {
+            #[allow(deprecated)]
+            cx.meta.log_level()
+        } else {
+            Some(
+                self.session
+                    .log_level
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or(LoggingLevel::Debug),
+            )
+        };
+        Arc::new(Notifier {
+            peer: cx.peer.clone(),
+            progress_token: cx.meta.get_progress_token(),
+            min_level,
+        })
     }
 }
 
 /// A request served under 2026-07-28 (rather than a legacy `initialize`
 /// session). The tasks extension exists only there: SEP-2663 forbids
 /// enabling it for 2025-11-25 clients even when they declare it.
-fn is_modern(cx: &RequestContext<RoleServer>) -> bool {
+pub(super) fn is_modern(cx: &RequestContext<RoleServer>) -> bool {
     cx.protocol_version().is_some_and(|v| !v.has_initialize())
 }
 
-fn declares_tasks(cx: &RequestContext<RoleServer>) -> bool {
+pub(super) fn declares_tasks(cx: &RequestContext<RoleServer>) -> bool {
     is_modern(cx) && cx.client_capabilities().is_some_and(|c| c.supports_tasks())
 }
 
@@ -112,9 +204,9 @@ fn client_context(cx: &RequestContext<RoleServer>) -> ClientContext {
             .map(|v| v.to_string())
             .unwrap_or_default(),
         tasks: declares_tasks(cx),
-        // MRTR questions are a 2026-07-28 mechanism.
-        elicitation: is_modern(cx) && caps.elicitation.is_some(),
+        elicitation: caps.elicitation.is_some(),
         sampling: caps.sampling.is_some(),
+        roots: caps.roots.is_some(),
     }
 }
 
@@ -151,10 +243,7 @@ fn to_mcp_tool(tool: &PluginTool) -> Result<Tool, ErrorData> {
         value["annotations"] = annotations;
     }
     serde_json::from_value(value).map_err(|e| {
-        ErrorData::internal_error(
-            format!("the plugin's tool {} is invalid: {e}", tool.name),
-            None,
-        )
+        ErrorData::internal_error(format!("the plugin's tool {} is invalid: {e}", tool.name), None)
     })
 }
 
@@ -172,14 +261,18 @@ fn call_error(error: CallError) -> ErrorData {
         CallError::UnknownTool(message) | CallError::InvalidParams(message) => {
             ErrorData::invalid_params(message, None)
         }
-        CallError::MissingCapability(json) => {
-            match serde_json::from_str::<ClientCapabilities>(&json) {
-                Ok(required) => ErrorData::missing_required_client_capability(required),
-                Err(e) => ErrorData::internal_error(
-                    format!("the plugin named an invalid missing capability: {e}"),
-                    None,
-                ),
-            }
+        CallError::MissingCapability(json) => match serde_json::from_str::<ClientCapabilities>(&json) {
+            Ok(required) => ErrorData::missing_required_client_capability(required),
+            Err(e) => ErrorData::internal_error(
+                format!("the plugin named an invalid missing capability: {e}"),
+                None,
+            ),
+        },
+        // rmcp turns this into -32002 for legacy peers and keeps -32602 for
+        // 2026-07-28.
+        CallError::NotFound(message) => ErrorData::resource_not_found(message, None),
+        CallError::MethodNotFound(method) => {
+            ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("Method not found: {method}"), None)
         }
         CallError::Internal(message) => ErrorData::internal_error(message, None),
     }
@@ -196,6 +289,24 @@ fn require_task_client(cx: &RequestContext<RoleServer>) -> Result<(), ErrorData>
     ))
 }
 
+/// A request's params as the plugin receives them: without `_meta` and the
+/// MRTR fields, which travel separately.
+fn plugin_params(params: &impl serde::Serialize) -> String {
+    let mut value = serde_json::to_value(params).unwrap_or_else(|_| json!({}));
+    if let Some(object) = value.as_object_mut() {
+        for key in ["_meta", "inputResponses", "requestState"] {
+            object.remove(key);
+        }
+    }
+    value.to_string()
+}
+
+fn input_responses_json(responses: &Option<rmcp::model::InputResponses>) -> Option<String> {
+    responses
+        .as_ref()
+        .map(|r| serde_json::to_string(r).unwrap_or_default())
+}
+
 impl Settle {
     /// Answers a call that became a task: waits briefly for it to end, then
     /// gives a task-aware client a `CreateTaskResult` and any other client
@@ -206,16 +317,17 @@ impl Settle {
         tasks_declared: bool,
     ) -> Result<CallToolResponse, ErrorData> {
         let mut view = created;
-        if !view.terminal {
-            let events = self.tenant().context.events.clone();
-            let mut watch = events.watch(self.tenant().name(), &view.task_id);
-            view = match watch.ended_within(self.inner.options.inline_wait).await {
-                Some(ended) => ended,
+        let waiting = !view.terminal && view_status(&view) == Some("working");
+        if waiting && !self.inner.options.inline_wait.is_zero() {
+            let mut following = self
+                .hub()
+                .follow(self.tenant_name(), Interest::task(&view.task_id));
+            view = match following.task_ended_within(self.inner.options.inline_wait).await {
+                Some(ended) => (*ended).clone(),
                 // Still going: read it once more so the answer carries the
                 // latest status message.
                 None => self
-                    .inner
-                    .runtime
+                    .runtime()
                     .get_task(self.tenant(), &view.task_id)
                     .await
                     .map_err(fault_error)?
@@ -229,15 +341,217 @@ impl Settle {
         let result: CallToolResult = from_plugin("task tool result", &view.tool_result)?;
         Ok(CallToolResponse::Complete(result))
     }
+
+    /// Runs a plugin request, and for a legacy client answers the plugin's
+    /// questions by asking the client directly (server-to-client requests),
+    /// retrying with the answers: 2026-07-28 clients get the questions as an
+    /// MRTR `InputRequiredResult` instead.
+    async fn run_plugin(
+        &self,
+        cx: &RequestContext<RoleServer>,
+        target: &Target,
+        mut input_responses: Option<String>,
+        mut request_state: Option<String>,
+    ) -> Result<Answer, ErrorData> {
+        for _ in 0..MAX_QUESTION_ROUNDS {
+            let answer = self
+                .run_plugin_once(cx, target, input_responses.take(), request_state.take())
+                .await?;
+            let Answer::Questions(questions) = answer else {
+                return Ok(answer);
+            };
+            if is_modern(cx) {
+                return Ok(Answer::Questions(questions));
+            }
+            let (responses, state) = self.ask_legacy_client(cx, &questions).await?;
+            input_responses = Some(responses);
+            request_state = state;
+        }
+        Err(ErrorData::internal_error(
+            format!("the plugin kept asking questions after {MAX_QUESTION_ROUNDS} rounds"),
+            None,
+        ))
+    }
+
+    async fn run_plugin_once(
+        &self,
+        cx: &RequestContext<RoleServer>,
+        target: &Target,
+        input_responses: Option<String>,
+        request_state: Option<String>,
+    ) -> Result<Answer, ErrorData> {
+        let client = client_context(cx);
+        let notifier = Some(self.notifier(cx));
+        match target {
+            Target::Tool { name, arguments } => {
+                let call = CallRequest {
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                    client,
+                    input_responses,
+                    request_state,
+                };
+                let outcome = self
+                    .runtime()
+                    .call_tool(self.tenant(), &call, notifier)
+                    .await
+                    .map_err(fault_error)?
+                    .map_err(call_error)?;
+                Ok(match outcome {
+                    CallOutcome::Complete(json) => Answer::Done(json),
+                    CallOutcome::InputRequired(json) => {
+                        Answer::Questions(from_plugin("input-required result", &json)?)
+                    }
+                    CallOutcome::Task(view) => Answer::Task(view),
+                })
+            }
+            Target::Request { method, params } => {
+                let request = McpRequest {
+                    method: method.to_string(),
+                    params: params.clone(),
+                    client,
+                    input_responses,
+                    request_state,
+                };
+                let outcome = self
+                    .runtime()
+                    .serve(self.tenant(), &request, notifier)
+                    .await
+                    .map_err(fault_error)?
+                    .map_err(call_error)?;
+                Ok(match outcome {
+                    RequestOutcome::Complete(json) => Answer::Done(json),
+                    RequestOutcome::InputRequired(json) => {
+                        Answer::Questions(from_plugin("input-required result", &json)?)
+                    }
+                })
+            }
+        }
+    }
+
+    /// Sends each of the plugin's questions to a legacy client as a
+    /// server-to-client request and collects the answers by key.
+    async fn ask_legacy_client(
+        &self,
+        cx: &RequestContext<RoleServer>,
+        questions: &InputRequiredResult,
+    ) -> Result<(String, Option<String>), ErrorData> {
+        let mut answers = Map::new();
+        for (key, question) in questions.input_requests.iter().flatten() {
+            let request: ServerRequest = serde_json::to_value(question)
+                .and_then(serde_json::from_value)
+                .map_err(|e| {
+                    ErrorData::internal_error(format!("the plugin asked an invalid question {key}: {e}"), None)
+                })?;
+            let reply = cx.peer.send_request(request).await.map_err(|e| {
+                ErrorData::internal_error(format!("the client did not answer {key}: {e}"), None)
+            })?;
+            answers.insert(key.clone(), serde_json::to_value(reply).unwrap_or(Value::Null));
+        }
+        Ok((Value::Object(answers).to_string(), questions.request_state.clone()))
+    }
+
+    async fn serve_request(
+        &self,
+        cx: &RequestContext<RoleServer>,
+        method: &'static str,
+        params: String,
+        input_responses: Option<String>,
+        request_state: Option<String>,
+    ) -> Result<Answer, ErrorData> {
+        let _in_flight = self.drain().enter();
+        let target = Target::Request { method, params };
+        self.run_plugin(cx, &target, input_responses, request_state).await
+    }
+
+    /// A plugin-served list or read whose result is a plain MCP result.
+    async fn serve_complete<T: serde::de::DeserializeOwned>(
+        &self,
+        cx: &RequestContext<RoleServer>,
+        method: &'static str,
+        params: String,
+    ) -> Result<T, ErrorData> {
+        match self.serve_request(cx, method, params, None, None).await? {
+            Answer::Done(json) => from_plugin(method, &json),
+            Answer::Questions(_) => Err(ErrorData::internal_error(
+                format!("the plugin asked questions for {method}, which cannot carry them"),
+                None,
+            )),
+            Answer::Task(_) => unreachable!("only tools/call makes tasks"),
+        }
+    }
+
+    /// Forwards updates of `uri` to a legacy session's client.
+    fn subscribe_legacy(&self, uri: String, cx: &RequestContext<RoleServer>) {
+        let mut following = self.hub().follow(
+            self.tenant_name(),
+            Interest {
+                resources: [uri.clone()].into(),
+                ..Interest::default()
+            },
+        );
+        let peer = cx.peer.clone();
+        let forwarder = tokio::spawn(async move {
+            while let Some(Event::ResourceUpdated(uri)) = following.next().await {
+                if peer
+                    .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let mut subscriptions = self.session.subscriptions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(old) = subscriptions.insert(uri, forwarder) {
+            old.abort();
+        }
+    }
+}
+
+/// The task status in a view, read from its detailed JSON.
+fn view_status(view: &TaskView) -> Option<&'static str> {
+    let value: Value = serde_json::from_str(&view.detailed).ok()?;
+    ["working", "input_required", "completed", "failed", "cancelled"]
+        .into_iter()
+        .find(|s| value["status"] == *s)
+}
+
+/// What a plugin is asked to do.
+enum Target {
+    Tool { name: String, arguments: String },
+    Request { method: &'static str, params: String },
+}
+
+/// How a plugin request ended.
+enum Answer {
+    /// The result, as JSON.
+    Done(String),
+    /// MRTR questions for a 2026-07-28 client.
+    Questions(InputRequiredResult),
+    /// A task (tools only).
+    Task(TaskView),
 }
 
 impl ServerHandler for Settle {
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder()
+        let served = self.plugin_capabilities();
+        let mut capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
             .enable_tasks()
             .build();
+        // The plugin says what else it serves; the runner adds what it runs.
+        if let Some(resources) = served.get("resources") {
+            capabilities.resources = serde_json::from_value(resources.clone()).ok();
+        }
+        if let Some(prompts) = served.get("prompts") {
+            capabilities.prompts = serde_json::from_value(prompts.clone()).ok();
+        }
+        if let Some(completions) = served.get("completions") {
+            capabilities.completions = serde_json::from_value(completions.clone()).ok();
+        }
+        capabilities.logging = Some(Default::default());
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("settle", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
@@ -263,16 +577,8 @@ impl ServerHandler for Settle {
         _request: Option<PaginatedRequestParams>,
         _cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = self
-            .inner
-            .runtime
-            .list_tools(self.tenant())
-            .await
-            .map_err(fault_error)?;
-        let tools = tools
-            .iter()
-            .map(to_mcp_tool)
-            .collect::<Result<Vec<_>, _>>()?;
+        let tools = self.runtime().list_tools(self.tenant()).await.map_err(fault_error)?;
+        let tools = tools.iter().map(to_mcp_tool).collect::<Result<Vec<_>, _>>()?;
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -281,37 +587,154 @@ impl ServerHandler for Settle {
         request: CallToolRequestParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let _in_flight = self.inner.drain.enter();
-        let client = client_context(&cx);
-        let tasks_declared = client.tasks;
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let call = CallRequest {
+        let _in_flight = self.drain().enter();
+        let tasks_declared = declares_tasks(&cx);
+        let target = Target::Tool {
             name: request.name.to_string(),
-            arguments: arguments.to_string(),
-            client,
-            input_responses: request
-                .input_responses
-                .map(|r| serde_json::to_string(&r).unwrap_or_default()),
-            request_state: request.request_state,
+            arguments: Value::Object(request.arguments.clone().unwrap_or_default()).to_string(),
         };
-        let outcome = self
-            .inner
-            .runtime
-            .call_tool(self.tenant(), &call)
-            .await
-            .map_err(fault_error)?
-            .map_err(call_error)?;
-        match outcome {
-            CallOutcome::Complete(json) => Ok(CallToolResponse::Complete(from_plugin(
-                "tool result",
-                &json,
-            )?)),
-            CallOutcome::InputRequired(json) => {
-                let result: InputRequiredResult = from_plugin("input-required result", &json)?;
-                Ok(CallToolResponse::InputRequired(result))
-            }
-            CallOutcome::Task(view) => self.answer_with_task(view, tasks_declared).await,
+        let answer = self
+            .run_plugin(
+                &cx,
+                &target,
+                input_responses_json(&request.input_responses),
+                request.request_state.clone(),
+            )
+            .await?;
+        match answer {
+            Answer::Done(json) => Ok(CallToolResponse::Complete(from_plugin("tool result", &json)?)),
+            Answer::Questions(questions) => Ok(CallToolResponse::InputRequired(questions)),
+            Answer::Task(view) => self.answer_with_task(view, tasks_declared).await,
         }
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.serve_complete(&cx, "resources/list", plugin_params(&request)).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.serve_complete(&cx, "resources/templates/list", plugin_params(&request))
+            .await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let answer = self
+            .serve_request(
+                &cx,
+                "resources/read",
+                plugin_params(&request),
+                input_responses_json(&request.input_responses),
+                request.request_state.clone(),
+            )
+            .await?;
+        match answer {
+            Answer::Done(json) => Ok(ReadResourceResponse::Complete(from_plugin::<
+                ReadResourceResult,
+            >(
+                "resource", &json
+            )?)),
+            Answer::Questions(questions) => Ok(ReadResourceResponse::InputRequired(questions)),
+            Answer::Task(_) => unreachable!("only tools/call makes tasks"),
+        }
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.serve_complete(&cx, "prompts/list", plugin_params(&request)).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let answer = self
+            .serve_request(
+                &cx,
+                "prompts/get",
+                plugin_params(&request),
+                input_responses_json(&request.input_responses),
+                request.request_state.clone(),
+            )
+            .await?;
+        match answer {
+            Answer::Done(json) => Ok(GetPromptResponse::Complete(from_plugin::<GetPromptResult>(
+                "prompt", &json,
+            )?)),
+            Answer::Questions(questions) => Ok(GetPromptResponse::InputRequired(questions)),
+            Answer::Task(_) => unreachable!("only tools/call makes tasks"),
+        }
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.serve_complete(&cx, "completion/complete", plugin_params(&request))
+            .await
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if is_modern(&cx) {
+            return Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                "logging/setLevel was removed in 2026-07-28; send io.modelcontextprotocol/logLevel in _meta",
+                None,
+            ));
+        }
+        *self.session.log_level.lock().unwrap_or_else(|p| p.into_inner()) = Some(request.level);
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let subscribable = self.plugin_capabilities()["resources"]["subscribe"] == json!(true);
+        if !subscribable {
+            return Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                "this server's resources cannot be subscribed to",
+                None,
+            ));
+        }
+        self.subscribe_legacy(request.uri, &cx);
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _cx: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let mut subscriptions = self.session.subscriptions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(forwarder) = subscriptions.remove(&request.uri) {
+            forwarder.abort();
+        }
+        Ok(())
     }
 
     async fn get_task(
@@ -319,11 +742,10 @@ impl ServerHandler for Settle {
         request: GetTaskParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let _in_flight = self.inner.drain.enter();
+        let _in_flight = self.drain().enter();
         require_task_client(&cx)?;
         let view = self
-            .inner
-            .runtime
+            .runtime()
             .get_task(self.tenant(), &request.task_id)
             .await
             .map_err(fault_error)?
@@ -337,12 +759,11 @@ impl ServerHandler for Settle {
         request: UpdateTaskParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let _in_flight = self.inner.drain.enter();
+        let _in_flight = self.drain().enter();
         require_task_client(&cx)?;
         let responses = serde_json::to_string(&request.input_responses)
             .map_err(|e| ErrorData::invalid_params(format!("inputResponses: {e}"), None))?;
-        self.inner
-            .runtime
+        self.runtime()
             .update_task(self.tenant(), &request.task_id, &responses)
             .await
             .map_err(fault_error)?
@@ -354,10 +775,9 @@ impl ServerHandler for Settle {
         request: CancelTaskParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let _in_flight = self.inner.drain.enter();
+        let _in_flight = self.drain().enter();
         require_task_client(&cx)?;
-        self.inner
-            .runtime
+        self.runtime()
             .cancel_task(self.tenant(), &request.task_id)
             .await
             .map_err(fault_error)?
@@ -367,26 +787,24 @@ impl ServerHandler for Settle {
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _cx: RequestContext<RoleServer>,
+        cx: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
+        if request.method == super::listen::LISTEN_ALIAS {
+            return super::listen::listen(self, request.params, cx).await;
+        }
         // rmcp routes a known method here when its params do not parse;
         // that is a malformed request (-32602), not an unknown method.
-        const KNOWN: [(&str, &str); 6] = [
-            (
-                "tools/call",
-                "tools/call needs params {name: string, arguments?: object}",
-            ),
+        const KNOWN: [(&str, &str); 10] = [
+            ("tools/call", "tools/call needs params {name: string, arguments?: object}"),
             ("tools/list", "tools/list takes params {cursor?: string}"),
             ("tasks/get", "tasks/get needs params {taskId: string}"),
-            (
-                "tasks/update",
-                "tasks/update needs params {taskId: string, inputResponses: object}",
-            ),
+            ("tasks/update", "tasks/update needs params {taskId: string, inputResponses: object}"),
             ("tasks/cancel", "tasks/cancel needs params {taskId: string}"),
-            (
-                "server/discover",
-                "server/discover takes no params besides _meta",
-            ),
+            ("server/discover", "server/discover takes no params besides _meta"),
+            ("resources/read", "resources/read needs params {uri: string}"),
+            ("prompts/get", "prompts/get needs params {name: string, arguments?: object}"),
+            ("completion/complete", "completion/complete needs params {ref, argument: {name, value}}"),
+            ("logging/setLevel", "logging/setLevel needs params {level: string}"),
         ];
         let method = request.method.as_str();
         if let Some((_, usage)) = KNOWN.iter().find(|(m, _)| *m == method) {
@@ -396,7 +814,7 @@ impl ServerHandler for Settle {
             ));
         }
         Err(ErrorData::new(
-            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            ErrorCode::METHOD_NOT_FOUND,
             format!("Method not found: {method}"),
             None,
         ))

@@ -6,8 +6,8 @@
 //! responses still being sent, so shutdown waits until each answer has
 //! actually left.
 
-use super::frame;
 use super::handler::Settle;
+use super::{frame, listen};
 use crate::drain::Drain;
 use axum::Router;
 use axum::body::{Body, to_bytes};
@@ -66,7 +66,7 @@ pub fn router(
         .with_json_response(true)
         .with_cancellation_token(streams);
     let service = StreamableHttpService::new(
-        move || Ok(settle.clone()),
+        move || Ok(settle.for_session()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
@@ -118,10 +118,19 @@ async fn check_frame(responses: Drain, request: Request, next: Next) -> Response
         .get("method")
         .and_then(|m| m.as_str())
         .is_some_and(|m| LONG_LIVED.contains(&m));
+    let (mut parts, mut bytes, mut message) = (parts, bytes, message);
+    if listen::rename_listen(&mut message) {
+        // rmcp checks that Mcp-Method matches the body; keep them agreeing.
+        if parts.headers.get("mcp-method").is_some_and(|m| m == listen::LISTEN) {
+            parts.headers.insert(
+                "mcp-method",
+                header::HeaderValue::from_static(listen::LISTEN_ALIAS),
+            );
+        }
+        bytes = message.to_string().into();
+    }
     let in_flight = (!long_lived).then(|| responses.enter());
-    let response = next
-        .run(Request::from_parts(parts, Body::from(bytes)))
-        .await;
+    let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
     let Some(in_flight) = in_flight else {
         return response;
     };

@@ -8,6 +8,8 @@
 pub mod frame;
 pub mod handler;
 pub mod http;
+pub mod listen;
+pub mod notify;
 pub mod stdio;
 
 pub use handler::{ServeOptions, Settle};

@@ -56,6 +56,11 @@ pub fn unschedule(task_ids: &[String]) -> Result<(), String> {
     runner::unschedule(task_ids)
 }
 
+/// Tells the runner a resource changed, so its subscribers hear of it.
+pub fn resource_updated(uri: &str) {
+    runner::resource_updated(uri);
+}
+
 /// Tells the runner a task changed, so listeners and waiting callers see it.
 pub fn task_changed(view: &crate::bindings::settle::plugin::types::TaskView) {
     runner::task_changed(view);
