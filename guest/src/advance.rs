@@ -57,7 +57,10 @@ pub fn run(group: &str, ids: &[String]) -> Result<(), String> {
 fn resend(ctx: &Context, record: &TaskRecord) -> Result<(), String> {
     host::log(
         host::Level::Info,
-        &format!("task {}: re-sending a command whose send was not recorded", record.id),
+        &format!(
+            "task {}: re-sending a command whose send was not recorded",
+            record.id
+        ),
     );
     match send_and_record(ctx, record) {
         // A refusal is recorded on the task; nobody waits for this call.

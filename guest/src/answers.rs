@@ -16,7 +16,11 @@ pub fn deliver(task_id: &str, responses: &Json) -> Result<(), TaskError> {
     let Some(responses) = responses.as_object() else {
         return Ok(());
     };
-    let exists = ctx.tasks.load(task_id).map_err(TaskError::Internal)?.is_some();
+    let exists = ctx
+        .tasks
+        .load(task_id)
+        .map_err(TaskError::Internal)?
+        .is_some();
     if !exists {
         return Err(TaskError::NotFound(format!("Task not found: {task_id:?}")));
     }
@@ -26,7 +30,12 @@ pub fn deliver(task_id: &str, responses: &Json) -> Result<(), TaskError> {
         let outcome = ctx
             .tasks
             .update(task_id, now, |task| {
-                let Some(kind) = task.questions.iter().find(|q| q.key == *key).map(|q| q.kind) else {
+                let Some(kind) = task
+                    .questions
+                    .iter()
+                    .find(|q| q.key == *key)
+                    .map(|q| q.kind)
+                else {
                     after = None;
                     return false;
                 };
@@ -39,7 +48,8 @@ pub fn deliver(task_id: &str, responses: &Json) -> Result<(), TaskError> {
         };
         if after == Some(AfterAnswer::Send) {
             // Past the send's own timeout, in case the runner stops mid-send.
-            let recovery = now + ctx.settings.http_timeout_ms + ctx.settings.timing.poll_interval_ms;
+            let recovery =
+                now + ctx.settings.http_timeout_ms + ctx.settings.timing.poll_interval_ms;
             host::schedule(&record.id, &record.device_id, recovery).map_err(TaskError::Internal)?;
             match send_and_record(&ctx, &record) {
                 // A refusal is recorded on the task, where the client sees it.

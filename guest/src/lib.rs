@@ -27,8 +27,8 @@ pub mod driver;
 pub mod gate;
 pub mod model;
 pub mod question;
-pub mod settings;
 mod resources;
+pub mod settings;
 mod store;
 pub mod task;
 mod tools;
@@ -59,7 +59,9 @@ impl Guest for Plugin {
                 description: d.description.to_string(),
                 input_schema: d.input_schema.to_string(),
                 output_schema: Some(d.output_schema.to_string()),
-                annotations: d.read_only.then(|| json!({"readOnlyHint": true}).to_string()),
+                annotations: d
+                    .read_only
+                    .then(|| json!({"readOnlyHint": true}).to_string()),
             })
             .collect()
     }
@@ -79,7 +81,9 @@ impl Guest for Plugin {
         match tools::call(&request.name, &arguments, &caller) {
             Ok(Output::Result(result)) => Ok(CallOutcome::Complete(result.to_string())),
             Ok(Output::Task(record)) => Ok(CallOutcome::Task(store::view(&record))),
-            Ok(Output::Questions(questions)) => Ok(CallOutcome::InputRequired(questions.to_string())),
+            Ok(Output::Questions(questions)) => {
+                Ok(CallOutcome::InputRequired(questions.to_string()))
+            }
             Err(Failure::Tool(message)) => Ok(CallOutcome::Complete(
                 json!({"content": [{"type": "text", "text": message}], "isError": true})
                     .to_string(),

@@ -106,11 +106,13 @@ pub fn read_reply(kind: QuestionKind, result: &Json) -> Reply {
                 Reply::No
             }
         }
-        QuestionKind::AcceptDifferent => match content.and_then(|c| c.get("choice")).and_then(Json::as_str) {
-            Some("accept") => Reply::Yes,
-            Some("retry") => Reply::Retry,
-            _ => Reply::No,
-        },
+        QuestionKind::AcceptDifferent => {
+            match content.and_then(|c| c.get("choice")).and_then(Json::as_str) {
+                Some("accept") => Reply::Yes,
+                Some("retry") => Reply::Retry,
+                _ => Reply::No,
+            }
+        }
     }
 }
 
@@ -133,8 +135,14 @@ mod tests {
     #[test]
     fn only_an_explicit_yes_confirms() {
         let k = QuestionKind::Confirm;
-        assert_eq!(read_reply(k, &json!({"action":"accept","content":{"confirm":true}})), Reply::Yes);
-        assert_eq!(read_reply(k, &json!({"action":"accept","content":{"confirm":false}})), Reply::No);
+        assert_eq!(
+            read_reply(k, &json!({"action":"accept","content":{"confirm":true}})),
+            Reply::Yes
+        );
+        assert_eq!(
+            read_reply(k, &json!({"action":"accept","content":{"confirm":false}})),
+            Reply::No
+        );
         assert_eq!(read_reply(k, &json!({"action":"accept"})), Reply::No);
         assert_eq!(read_reply(k, &json!({"action":"decline"})), Reply::No);
         assert_eq!(read_reply(k, &json!({"action":"cancel"})), Reply::No);
@@ -144,9 +152,18 @@ mod tests {
     #[test]
     fn a_different_value_can_be_accepted_or_retried() {
         let k = QuestionKind::AcceptDifferent;
-        assert_eq!(read_reply(k, &json!({"action":"accept","content":{"choice":"accept"}})), Reply::Yes);
-        assert_eq!(read_reply(k, &json!({"action":"accept","content":{"choice":"retry"}})), Reply::Retry);
-        assert_eq!(read_reply(k, &json!({"action":"accept","content":{"choice":"maybe"}})), Reply::No);
+        assert_eq!(
+            read_reply(k, &json!({"action":"accept","content":{"choice":"accept"}})),
+            Reply::Yes
+        );
+        assert_eq!(
+            read_reply(k, &json!({"action":"accept","content":{"choice":"retry"}})),
+            Reply::Retry
+        );
+        assert_eq!(
+            read_reply(k, &json!({"action":"accept","content":{"choice":"maybe"}})),
+            Reply::No
+        );
     }
 
     #[test]
@@ -156,7 +173,10 @@ mod tests {
         let request = q.input_request();
         assert_eq!(request["method"], "elicitation/create");
         assert_eq!(request["params"]["mode"], "form");
-        assert_eq!(request["params"]["requestedSchema"]["required"], json!(["confirm"]));
+        assert_eq!(
+            request["params"]["requestedSchema"]["required"],
+            json!(["confirm"])
+        );
     }
 
     #[test]

@@ -106,12 +106,13 @@ pub fn serve(ctx: &Context, method: &str, params: &Json) -> Result<Json, Resourc
         })),
         "resources/read" => {
             let requested = params.get("uri").and_then(Json::as_str).unwrap_or_default();
-            let device_id = device_of(requested)
-                .ok_or_else(|| ResourceError::NotFound(format!("Resource not found: {requested}")))?;
+            let device_id = device_of(requested).ok_or_else(|| {
+                ResourceError::NotFound(format!("Resource not found: {requested}"))
+            })?;
             let reading = ctx.driver.read(device_id).map_err(|e| match e {
-                crate::driver::DriverError::UnknownDevice(_) => {
-                    ResourceError::NotFound(format!("Resource not found: {requested} (no such device)"))
-                }
+                crate::driver::DriverError::UnknownDevice(_) => ResourceError::NotFound(format!(
+                    "Resource not found: {requested} (no such device)"
+                )),
                 other => ResourceError::Unavailable(format!("could not read {device_id}: {other}")),
             })?;
             observed(ctx, device_id, &reading);
@@ -134,7 +135,10 @@ mod tests {
     #[test]
     fn state_uris_round_trip_and_reject_other_shapes() {
         assert_eq!(uri("ac-living"), "settle://devices/ac-living/state");
-        assert_eq!(device_of("settle://devices/ac-living/state"), Some("ac-living"));
+        assert_eq!(
+            device_of("settle://devices/ac-living/state"),
+            Some("ac-living")
+        );
         assert_eq!(device_of("settle://devices//state"), None);
         assert_eq!(device_of("settle://devices/a/b/state"), None);
         assert_eq!(device_of("file:///etc/passwd"), None);

@@ -285,7 +285,8 @@ impl TaskRecord {
     /// Asks a question: the task waits in `input_required`.
     fn ask(&mut self, now_ms: u64, kind: QuestionKind, message: String) {
         self.asked += 1;
-        self.questions.push(Question::new(kind, self.asked, message.clone()));
+        self.questions
+            .push(Question::new(kind, self.asked, message.clone()));
         self.status = Status::InputRequired;
         self.status_message = message;
         self.updated_at_ms = now_ms;
@@ -1108,24 +1109,55 @@ mod tests {
             "t1".into(),
             "set_temperature",
             "ac-living",
-            vec![field(Field::TargetTemperature, Value::Number(30.0), Value::Number(26.0))],
+            vec![field(
+                Field::TargetTemperature,
+                Value::Number(30.0),
+                Value::Number(26.0),
+            )],
             TIMING,
             0,
         );
         task.await_confirmation(0, "Send 30?".into());
         assert_eq!(task.status, Status::InputRequired);
-        assert!(!task.mark_sent(1, None), "nothing is sent before the answer");
+        assert!(
+            !task.mark_sent(1, None),
+            "nothing is sent before the answer"
+        );
         let detailed = task.to_detailed_json();
-        assert_eq!(detailed["inputRequests"]["confirm_1"]["method"], "elicitation/create");
-        assert_eq!(task.answer(5, "nope", Reply::Yes), None, "unknown keys are ignored");
-        assert_eq!(task.answer(5, "confirm_1", Reply::Yes), Some(AfterAnswer::Send));
+        assert_eq!(
+            detailed["inputRequests"]["confirm_1"]["method"],
+            "elicitation/create"
+        );
+        assert_eq!(
+            task.answer(5, "nope", Reply::Yes),
+            None,
+            "unknown keys are ignored"
+        );
+        assert_eq!(
+            task.answer(5, "confirm_1", Reply::Yes),
+            Some(AfterAnswer::Send)
+        );
         assert_eq!(task.status, Status::Working);
-        assert_eq!(task.answer(6, "confirm_1", Reply::Yes), None, "answered keys are ignored");
+        assert_eq!(
+            task.answer(6, "confirm_1", Reply::Yes),
+            None,
+            "answered keys are ignored"
+        );
         assert!(task.mark_sent(7, None));
 
-        let mut declined = TaskRecord::new("t2".into(), "set_temperature", "ac-living", vec![], TIMING, 0);
+        let mut declined = TaskRecord::new(
+            "t2".into(),
+            "set_temperature",
+            "ac-living",
+            vec![],
+            TIMING,
+            0,
+        );
         declined.await_confirmation(0, "Send?".into());
-        assert_eq!(declined.answer(1, "confirm_1", Reply::No), Some(AfterAnswer::Nothing));
+        assert_eq!(
+            declined.answer(1, "confirm_1", Reply::No),
+            Some(AfterAnswer::Nothing)
+        );
         assert_eq!(declined.status, Status::Cancelled);
         assert!(declined.status_message.contains("declined"));
         assert!(declined.questions.is_empty());
@@ -1137,7 +1169,11 @@ mod tests {
         task.await_confirmation(0, "Send?".into());
         assert!(task.expire_if_due(TIMING.ttl_ms));
         assert_eq!(task.status, Status::Failed);
-        assert!(task.status_message.starts_with("not sent"), "{}", task.status_message);
+        assert!(
+            task.status_message.starts_with("not sent"),
+            "{}",
+            task.status_message
+        );
     }
 
     #[test]
@@ -1149,11 +1185,20 @@ mod tests {
         assert_eq!(task.status, Status::InputRequired);
         let key = task.questions[0].key.clone();
         assert_eq!(key, "accept_different_1");
-        assert!(task.status_message.contains("Accept it, or send the command again?"));
-        assert!(!task.observe(4_000, Ok(&temp(28.0))), "reads wait for the answer");
+        assert!(
+            task.status_message
+                .contains("Accept it, or send the command again?")
+        );
+        assert!(
+            !task.observe(4_000, Ok(&temp(28.0))),
+            "reads wait for the answer"
+        );
 
         let mut retry = task.clone();
-        assert_eq!(retry.answer(5_000, &key, Reply::Retry), Some(AfterAnswer::Send));
+        assert_eq!(
+            retry.answer(5_000, &key, Reply::Retry),
+            Some(AfterAnswer::Send)
+        );
         assert_eq!(retry.stage, Stage::Sending);
         assert_eq!(retry.fields[0].baseline, Some(Value::Number(28.0)));
         retry.mark_sent(5_000, None);
@@ -1161,14 +1206,20 @@ mod tests {
         assert_eq!(retry.status, Status::Completed);
 
         let mut accept = task.clone();
-        assert_eq!(accept.answer(5_000, &key, Reply::Yes), Some(AfterAnswer::Nothing));
+        assert_eq!(
+            accept.answer(5_000, &key, Reply::Yes),
+            Some(AfterAnswer::Nothing)
+        );
         assert_eq!(accept.status, Status::Completed);
         assert_eq!(accept.to_tool_json()["result"]["acceptedAsIs"], true);
 
         let mut refuse = task;
         refuse.answer(5_000, &key, Reply::No);
         assert_eq!(refuse.status, Status::Failed);
-        assert_eq!(refuse.failure.unwrap().reason, FailureReason::DifferentValue);
+        assert_eq!(
+            refuse.failure.unwrap().reason,
+            FailureReason::DifferentValue
+        );
     }
 
     #[test]

@@ -76,6 +76,12 @@ impl RunnerConfig {
         if let Some(token) = &args.device_token {
             plugin_config.insert("device_token".into(), token.clone());
         }
+        // Plugins seal MRTR `requestState` with this key so a client cannot
+        // forge or alter it. Random per start unless configured, which is
+        // enough for one process: a retry reaches the process that asked.
+        plugin_config
+            .entry("request_state_key".into())
+            .or_insert_with(random_key);
         if args.memory_mib == 0 || args.memory_mib << 20 > crate::runtime::MAX_MEMORY_BYTES {
             bail!(
                 "--memory-mib {} must be between 1 and {}",
@@ -113,6 +119,14 @@ impl RunnerConfig {
             access,
         })
     }
+}
+
+/// 256 random bits as hex.
+fn random_key() -> String {
+    rand::random::<[u8; 32]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// A started runner: plugin loaded, scheduler running.

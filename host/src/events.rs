@@ -132,7 +132,10 @@ impl Hub {
     pub fn publish_resource(&self, tenant: &str, uri: &str) {
         let key = (tenant.to_string(), uri.to_string());
         let event = Event::ResourceUpdated(uri.to_string());
-        self.deliver(|r| r.by_resource.get(&key).cloned().unwrap_or_default(), event);
+        self.deliver(
+            |r| r.by_resource.get(&key).cloned().unwrap_or_default(),
+            event,
+        );
     }
 
     /// A list of `tenant` changed; `event` says which.
@@ -257,9 +260,18 @@ mod tests {
         hub.publish_task("t", view("a", false));
         hub.publish_task("t", view("b", true));
         hub.publish_task("other", view("a", true));
-        assert!(f.task_ended_within(Duration::from_millis(20)).await.is_none());
+        assert!(
+            f.task_ended_within(Duration::from_millis(20))
+                .await
+                .is_none()
+        );
         hub.publish_task("t", view("a", true));
-        assert!(f.task_ended_within(Duration::from_secs(5)).await.unwrap().terminal);
+        assert!(
+            f.task_ended_within(Duration::from_secs(5))
+                .await
+                .unwrap()
+                .terminal
+        );
     }
 
     #[tokio::test]
@@ -308,15 +320,30 @@ mod tests {
         while f.next().await.is_some() {
             n += 1;
         }
-        assert_eq!(n, FOLLOWER_BACKLOG, "what was queued is still delivered, then the stream ends");
+        assert_eq!(
+            n, FOLLOWER_BACKLOG,
+            "what was queued is still delivered, then the stream ends"
+        );
     }
 
     #[tokio::test]
     async fn list_changes_reach_only_interested_followers_of_the_tenant() {
         let hub = Arc::new(Hub::default());
-        let mut yes = hub.follow("t", Interest { tools_list: true, ..Interest::default() });
+        let mut yes = hub.follow(
+            "t",
+            Interest {
+                tools_list: true,
+                ..Interest::default()
+            },
+        );
         let mut no = hub.follow("t", Interest::default());
-        let mut other = hub.follow("u", Interest { tools_list: true, ..Interest::default() });
+        let mut other = hub.follow(
+            "u",
+            Interest {
+                tools_list: true,
+                ..Interest::default()
+            },
+        );
         hub.publish_list_changed("t", Event::ToolsListChanged);
         assert!(matches!(yes.next().await, Some(Event::ToolsListChanged)));
         assert!(no.receiver.try_recv().is_err());

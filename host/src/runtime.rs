@@ -212,7 +212,12 @@ impl Runtime {
             .map_err(|_| Fault::Instantiate("the runner is shutting down".into()))?;
         let plugin = tenant.plugin.load_full();
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
-        let state = HostState::new(tenant.context.clone(), self.store.clone(), stderr.clone(), request);
+        let state = HostState::new(
+            tenant.context.clone(),
+            self.store.clone(),
+            stderr.clone(),
+            request,
+        );
         let memory_hit = state.limiter.hit.clone();
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);

@@ -56,6 +56,25 @@ pub fn unschedule(task_ids: &[String]) -> Result<(), String> {
     runner::unschedule(task_ids)
 }
 
+pub use runner::{ListKind, LogLevel};
+
+/// Tells the runner a list the plugin serves changed.
+pub fn list_changed(kind: ListKind) {
+    runner::list_changed(kind);
+}
+
+/// Reports progress of the request being served (ignored without a
+/// progress token).
+pub fn progress(progress: f64, total: Option<f64>, message: Option<&str>) {
+    runner::progress(progress, total, message);
+}
+
+/// Sends an MCP log message to the client of the request being served, if
+/// it asked for this level.
+pub fn notify_log(level: LogLevel, logger: Option<&str>, data: &str) {
+    runner::notify_log(level, logger, data);
+}
+
 /// Tells the runner a resource changed, so its subscribers hear of it.
 pub fn resource_updated(uri: &str) {
     runner::resource_updated(uri);

@@ -5,9 +5,9 @@
 
 use super::args::Args;
 use super::{Context, Failure, Output};
+use crate::bindings::settle::plugin::types::ClientContext;
 use crate::driver::{DriverError, Reading};
 use crate::gate::{self, Readability, Rules};
-use crate::bindings::settle::plugin::types::ClientContext;
 use crate::host;
 use crate::model::{Field, Value};
 use crate::question::{self, Question, QuestionKind, Reply};
@@ -127,7 +127,9 @@ pub fn run(ctx: &Context, command: Command<'_>, caller: &Caller<'_>) -> Result<O
         // only wake is the deadline, where an unanswered task expires.
         record.await_confirmation(now, question);
         let deadline = record.deadline_ms();
-        ctx.tasks.create(&record, deadline).map_err(Failure::Internal)?;
+        ctx.tasks
+            .create(&record, deadline)
+            .map_err(Failure::Internal)?;
         supersede_earlier(ctx, &record, now)?;
         return Ok(Output::Task(Box::new(record)));
     }

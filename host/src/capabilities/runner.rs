@@ -3,6 +3,7 @@
 use crate::bindings::settle::plugin::runner as wit;
 use crate::bindings::settle::plugin::types::TaskView;
 use crate::capabilities::kv::KvCtx;
+use crate::events::Event;
 use crate::state::RequestNotifier;
 use crate::store::Wake;
 use crate::tenant::TenantContext;
@@ -85,6 +86,18 @@ impl wit::Host for RunnerView<'_> {
 
     async fn resource_updated(&mut self, uri: String) -> wasmtime::Result<()> {
         self.tenant.events.publish_resource(&self.tenant.name, &uri);
+        Ok(())
+    }
+
+    async fn list_changed(&mut self, kind: wit::ListKind) -> wasmtime::Result<()> {
+        let event = match kind {
+            wit::ListKind::Tools => Event::ToolsListChanged,
+            wit::ListKind::Prompts => Event::PromptsListChanged,
+            wit::ListKind::Resources => Event::ResourcesListChanged,
+        };
+        self.tenant
+            .events
+            .publish_list_changed(&self.tenant.name, event);
         Ok(())
     }
 

@@ -98,7 +98,10 @@ struct Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let subscriptions = self.subscriptions.get_mut().unwrap_or_else(|p| p.into_inner());
+        let subscriptions = self
+            .subscriptions
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner());
         for (_, forwarder) in subscriptions.drain() {
             forwarder.abort();
         }
@@ -243,7 +246,10 @@ fn to_mcp_tool(tool: &PluginTool) -> Result<Tool, ErrorData> {
         value["annotations"] = annotations;
     }
     serde_json::from_value(value).map_err(|e| {
-        ErrorData::internal_error(format!("the plugin's tool {} is invalid: {e}", tool.name), None)
+        ErrorData::internal_error(
+            format!("the plugin's tool {} is invalid: {e}", tool.name),
+            None,
+        )
     })
 }
 
@@ -261,19 +267,23 @@ fn call_error(error: CallError) -> ErrorData {
         CallError::UnknownTool(message) | CallError::InvalidParams(message) => {
             ErrorData::invalid_params(message, None)
         }
-        CallError::MissingCapability(json) => match serde_json::from_str::<ClientCapabilities>(&json) {
-            Ok(required) => ErrorData::missing_required_client_capability(required),
-            Err(e) => ErrorData::internal_error(
-                format!("the plugin named an invalid missing capability: {e}"),
-                None,
-            ),
-        },
+        CallError::MissingCapability(json) => {
+            match serde_json::from_str::<ClientCapabilities>(&json) {
+                Ok(required) => ErrorData::missing_required_client_capability(required),
+                Err(e) => ErrorData::internal_error(
+                    format!("the plugin named an invalid missing capability: {e}"),
+                    None,
+                ),
+            }
+        }
         // rmcp turns this into -32002 for legacy peers and keeps -32602 for
         // 2026-07-28.
         CallError::NotFound(message) => ErrorData::resource_not_found(message, None),
-        CallError::MethodNotFound(method) => {
-            ErrorData::new(ErrorCode::METHOD_NOT_FOUND, format!("Method not found: {method}"), None)
-        }
+        CallError::MethodNotFound(method) => ErrorData::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            format!("Method not found: {method}"),
+            None,
+        ),
         CallError::Internal(message) => ErrorData::internal_error(message, None),
     }
 }
@@ -322,7 +332,10 @@ impl Settle {
             let mut following = self
                 .hub()
                 .follow(self.tenant_name(), Interest::task(&view.task_id));
-            view = match following.task_ended_within(self.inner.options.inline_wait).await {
+            view = match following
+                .task_ended_within(self.inner.options.inline_wait)
+                .await
+            {
                 Some(ended) => (*ended).clone(),
                 // Still going: read it once more so the answer carries the
                 // latest status message.
@@ -441,14 +454,23 @@ impl Settle {
             let request: ServerRequest = serde_json::to_value(question)
                 .and_then(serde_json::from_value)
                 .map_err(|e| {
-                    ErrorData::internal_error(format!("the plugin asked an invalid question {key}: {e}"), None)
+                    ErrorData::internal_error(
+                        format!("the plugin asked an invalid question {key}: {e}"),
+                        None,
+                    )
                 })?;
             let reply = cx.peer.send_request(request).await.map_err(|e| {
                 ErrorData::internal_error(format!("the client did not answer {key}: {e}"), None)
             })?;
-            answers.insert(key.clone(), serde_json::to_value(reply).unwrap_or(Value::Null));
+            answers.insert(
+                key.clone(),
+                serde_json::to_value(reply).unwrap_or(Value::Null),
+            );
         }
-        Ok((Value::Object(answers).to_string(), questions.request_state.clone()))
+        Ok((
+            Value::Object(answers).to_string(),
+            questions.request_state.clone(),
+        ))
     }
 
     async fn serve_request(
@@ -461,7 +483,8 @@ impl Settle {
     ) -> Result<Answer, ErrorData> {
         let _in_flight = self.drain().enter();
         let target = Target::Request { method, params };
-        self.run_plugin(cx, &target, input_responses, request_state).await
+        self.run_plugin(cx, &target, input_responses, request_state)
+            .await
     }
 
     /// A plugin-served list or read whose result is a plain MCP result.
@@ -502,7 +525,11 @@ impl Settle {
                 }
             }
         });
-        let mut subscriptions = self.session.subscriptions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut subscriptions = self
+            .session
+            .subscriptions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if let Some(old) = subscriptions.insert(uri, forwarder) {
             old.abort();
         }
@@ -512,15 +539,27 @@ impl Settle {
 /// The task status in a view, read from its detailed JSON.
 fn view_status(view: &TaskView) -> Option<&'static str> {
     let value: Value = serde_json::from_str(&view.detailed).ok()?;
-    ["working", "input_required", "completed", "failed", "cancelled"]
-        .into_iter()
-        .find(|s| value["status"] == *s)
+    [
+        "working",
+        "input_required",
+        "completed",
+        "failed",
+        "cancelled",
+    ]
+    .into_iter()
+    .find(|s| value["status"] == *s)
 }
 
 /// What a plugin is asked to do.
 enum Target {
-    Tool { name: String, arguments: String },
-    Request { method: &'static str, params: String },
+    Tool {
+        name: String,
+        arguments: String,
+    },
+    Request {
+        method: &'static str,
+        params: String,
+    },
 }
 
 /// How a plugin request ended.
@@ -577,8 +616,15 @@ impl ServerHandler for Settle {
         _request: Option<PaginatedRequestParams>,
         _cx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = self.runtime().list_tools(self.tenant()).await.map_err(fault_error)?;
-        let tools = tools.iter().map(to_mcp_tool).collect::<Result<Vec<_>, _>>()?;
+        let tools = self
+            .runtime()
+            .list_tools(self.tenant())
+            .await
+            .map_err(fault_error)?;
+        let tools = tools
+            .iter()
+            .map(to_mcp_tool)
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -602,7 +648,10 @@ impl ServerHandler for Settle {
             )
             .await?;
         match answer {
-            Answer::Done(json) => Ok(CallToolResponse::Complete(from_plugin("tool result", &json)?)),
+            Answer::Done(json) => Ok(CallToolResponse::Complete(from_plugin(
+                "tool result",
+                &json,
+            )?)),
             Answer::Questions(questions) => Ok(CallToolResponse::InputRequired(questions)),
             Answer::Task(view) => self.answer_with_task(view, tasks_declared).await,
         }
@@ -613,7 +662,8 @@ impl ServerHandler for Settle {
         request: Option<PaginatedRequestParams>,
         cx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.serve_complete(&cx, "resources/list", plugin_params(&request)).await
+        self.serve_complete(&cx, "resources/list", plugin_params(&request))
+            .await
     }
 
     async fn list_resource_templates(
@@ -638,7 +688,14 @@ impl ServerHandler for Settle {
                 input_responses_json(&request.input_responses),
                 request.request_state.clone(),
             )
-            .await?;
+            .await
+            .map_err(|mut e| {
+                // Name the missing resource, as SEP-2164 asks.
+                if e.code == ErrorCode::RESOURCE_NOT_FOUND || e.code == ErrorCode::INVALID_PARAMS {
+                    e.data.get_or_insert_with(|| json!({ "uri": request.uri }));
+                }
+                e
+            })?;
         match answer {
             Answer::Done(json) => Ok(ReadResourceResponse::Complete(from_plugin::<
                 ReadResourceResult,
@@ -655,7 +712,8 @@ impl ServerHandler for Settle {
         request: Option<PaginatedRequestParams>,
         cx: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.serve_complete(&cx, "prompts/list", plugin_params(&request)).await
+        self.serve_complete(&cx, "prompts/list", plugin_params(&request))
+            .await
     }
 
     async fn get_prompt(
@@ -702,7 +760,11 @@ impl ServerHandler for Settle {
                 None,
             ));
         }
-        *self.session.log_level.lock().unwrap_or_else(|p| p.into_inner()) = Some(request.level);
+        *self
+            .session
+            .log_level
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(request.level);
         Ok(())
     }
 
@@ -730,7 +792,11 @@ impl ServerHandler for Settle {
         request: UnsubscribeRequestParams,
         _cx: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let mut subscriptions = self.session.subscriptions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut subscriptions = self
+            .session
+            .subscriptions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if let Some(forwarder) = subscriptions.remove(&request.uri) {
             forwarder.abort();
         }
@@ -795,16 +861,37 @@ impl ServerHandler for Settle {
         // rmcp routes a known method here when its params do not parse;
         // that is a malformed request (-32602), not an unknown method.
         const KNOWN: [(&str, &str); 10] = [
-            ("tools/call", "tools/call needs params {name: string, arguments?: object}"),
+            (
+                "tools/call",
+                "tools/call needs params {name: string, arguments?: object}",
+            ),
             ("tools/list", "tools/list takes params {cursor?: string}"),
             ("tasks/get", "tasks/get needs params {taskId: string}"),
-            ("tasks/update", "tasks/update needs params {taskId: string, inputResponses: object}"),
+            (
+                "tasks/update",
+                "tasks/update needs params {taskId: string, inputResponses: object}",
+            ),
             ("tasks/cancel", "tasks/cancel needs params {taskId: string}"),
-            ("server/discover", "server/discover takes no params besides _meta"),
-            ("resources/read", "resources/read needs params {uri: string}"),
-            ("prompts/get", "prompts/get needs params {name: string, arguments?: object}"),
-            ("completion/complete", "completion/complete needs params {ref, argument: {name, value}}"),
-            ("logging/setLevel", "logging/setLevel needs params {level: string}"),
+            (
+                "server/discover",
+                "server/discover takes no params besides _meta",
+            ),
+            (
+                "resources/read",
+                "resources/read needs params {uri: string}",
+            ),
+            (
+                "prompts/get",
+                "prompts/get needs params {name: string, arguments?: object}",
+            ),
+            (
+                "completion/complete",
+                "completion/complete needs params {ref, argument: {name, value}}",
+            ),
+            (
+                "logging/setLevel",
+                "logging/setLevel needs params {level: string}",
+            ),
         ];
         let method = request.method.as_str();
         if let Some((_, usage)) = KNOWN.iter().find(|(m, _)| *m == method) {

@@ -121,7 +121,11 @@ async fn check_frame(responses: Drain, request: Request, next: Next) -> Response
     let (mut parts, mut bytes, mut message) = (parts, bytes, message);
     if listen::rename_listen(&mut message) {
         // rmcp checks that Mcp-Method matches the body; keep them agreeing.
-        if parts.headers.get("mcp-method").is_some_and(|m| m == listen::LISTEN) {
+        if parts
+            .headers
+            .get("mcp-method")
+            .is_some_and(|m| m == listen::LISTEN)
+        {
             parts.headers.insert(
                 "mcp-method",
                 header::HeaderValue::from_static(listen::LISTEN_ALIAS),
@@ -130,7 +134,9 @@ async fn check_frame(responses: Drain, request: Request, next: Next) -> Response
         bytes = message.to_string().into();
     }
     let in_flight = (!long_lived).then(|| responses.enter());
-    let response = next.run(Request::from_parts(parts, Body::from(bytes))).await;
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
     let Some(in_flight) = in_flight else {
         return response;
     };

@@ -146,7 +146,8 @@ pub async fn listen(
     let mut following = settle.hub().follow(settle.tenant_name(), interest);
     let send = |method: &str, mut params: Value| {
         params["_meta"] = tag.clone();
-        let notification = ServerNotification::CustomNotification(CustomNotification::new(method, Some(params)));
+        let notification =
+            ServerNotification::CustomNotification(CustomNotification::new(method, Some(params)));
         let peer = cx.peer.clone();
         async move { peer.send_notification(notification).await.is_ok() }
     };
@@ -175,8 +176,12 @@ pub async fn listen(
             Some(Event::ResourceUpdated(uri)) => {
                 send("notifications/resources/updated", json!({ "uri": uri })).await
             }
-            Some(Event::ToolsListChanged) => send("notifications/tools/list_changed", json!({})).await,
-            Some(Event::PromptsListChanged) => send("notifications/prompts/list_changed", json!({})).await,
+            Some(Event::ToolsListChanged) => {
+                send("notifications/tools/list_changed", json!({})).await
+            }
+            Some(Event::PromptsListChanged) => {
+                send("notifications/prompts/list_changed", json!({})).await
+            }
             Some(Event::ResourcesListChanged) => {
                 send("notifications/resources/list_changed", json!({})).await
             }
@@ -200,7 +205,8 @@ mod tests {
 
     #[test]
     fn only_listen_requests_are_renamed() {
-        let mut listen = json!({"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{}});
+        let mut listen =
+            json!({"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{}});
         assert!(rename_listen(&mut listen));
         assert_eq!(listen["method"], LISTEN_ALIAS);
         let mut other = json!({"jsonrpc":"2.0","id":1,"method":"tools/list"});
@@ -213,9 +219,14 @@ mod tests {
     fn params_are_checked_with_precise_messages() {
         let err = parse(Some(&json!({}))).err().unwrap();
         assert!(err.message.contains("params.notifications is required"));
-        let err = parse(Some(&json!({"notifications": {"taskIds": "a"}}))).err().unwrap();
+        let err = parse(Some(&json!({"notifications": {"taskIds": "a"}})))
+            .err()
+            .unwrap();
         assert!(err.message.contains("taskIds must be an array"));
-        let ok = parse(Some(&json!({"notifications": {"taskIds": ["a"], "toolsListChanged": true}}))).unwrap();
+        let ok = parse(Some(
+            &json!({"notifications": {"taskIds": ["a"], "toolsListChanged": true}}),
+        ))
+        .unwrap();
         assert_eq!(ok.task_ids, ["a"]);
         assert!(ok.tools_list);
     }

@@ -13,7 +13,9 @@
 use crate::state::{LogLevel, RequestNotifier};
 use futures::future::BoxFuture;
 use rmcp::RoleServer;
-use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken};
+use rmcp::model::{
+    LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+};
 use rmcp::service::Peer;
 
 /// The notification channel of one request.
@@ -54,7 +56,12 @@ fn to_mcp(level: LogLevel) -> LoggingLevel {
 }
 
 impl RequestNotifier for Notifier {
-    fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) -> BoxFuture<'static, ()> {
+    fn progress(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> BoxFuture<'static, ()> {
         let Some(token) = self.progress_token.clone() else {
             return Box::pin(async {});
         };
@@ -69,7 +76,12 @@ impl RequestNotifier for Notifier {
         })
     }
 
-    fn log(&self, level: LogLevel, logger: Option<String>, data: serde_json::Value) -> BoxFuture<'static, ()> {
+    fn log(
+        &self,
+        level: LogLevel,
+        logger: Option<String>,
+        data: serde_json::Value,
+    ) -> BoxFuture<'static, ()> {
         let level = to_mcp(level);
         let Some(min) = self.min_level else {
             return Box::pin(async {});
