@@ -121,22 +121,31 @@ impl Tasks {
                 return Ok(CasUpdate::Keep(None));
             };
             let mut record = decode(&key, bytes)?;
+            let before = record.to_detailed_json();
             if change(&mut record) {
-                Ok(CasUpdate::Write(encode(&record), Some((record, true))))
+                let visible = record.to_detailed_json() != before;
+                Ok(CasUpdate::Write(
+                    encode(&record),
+                    Some((record, true, visible)),
+                ))
             } else {
-                Ok(CasUpdate::Keep(Some((record, false))))
+                Ok(CasUpdate::Keep(Some((record, false, false))))
             }
         })?;
-        if let Some((record, true)) = &outcome {
-            self.commit(record, now_ms)?;
+        if let Some((record, true, visible)) = &outcome {
+            self.commit(record, now_ms, *visible)?;
         }
-        Ok(outcome)
+        Ok(outcome.map(|(record, changed, _)| (record, changed)))
     }
 
-    /// After a change is stored: tell the runner, and schedule what comes
-    /// next (the next read, or the removal of an ended task).
-    pub fn commit(&self, record: &TaskRecord, now_ms: u64) -> Result<(), String> {
-        host::task_changed(&view(record));
+    /// After a change is stored: tell the runner if a client would see a
+    /// difference (so a listener gets each visible change once, and no
+    /// repeats for a bare read count), and schedule what comes next (the
+    /// next read, or the removal of an ended task).
+    pub fn commit(&self, record: &TaskRecord, now_ms: u64, visible: bool) -> Result<(), String> {
+        if visible {
+            host::task_changed(&view(record));
+        }
         host::schedule(&record.id, &record.device_id, record.next_wake_ms(now_ms))
     }
 

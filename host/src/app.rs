@@ -3,6 +3,7 @@
 
 use crate::cli::ServeArgs;
 use crate::drain::Drain;
+use crate::events::Hub;
 use crate::mcp::http::HttpAccess;
 use crate::mcp::{ServeOptions, Settle};
 use crate::policy::{AllowedOrigin, OutboundPolicy};
@@ -150,7 +151,7 @@ impl Runner {
             plugin_config: spec.plugin_config,
             policy: spec.policy,
             limits: spec.limits,
-            events: Default::default(),
+            events: Arc::new(Hub::default()),
             stats: Default::default(),
         };
         let tenants = Arc::new(Tenants::new([Tenant::new(context, plugin)]));
@@ -162,6 +163,12 @@ impl Runner {
             .list_tools(&tenant)
             .await
             .with_context(|| format!("plugin {} failed its first call", spec.plugin.display()))?;
+        runtime.capabilities(&tenant).await.with_context(|| {
+            format!(
+                "plugin {} failed to say what it serves",
+                spec.plugin.display()
+            )
+        })?;
         tracing::info!(
             plugin = %spec.plugin.display(),
             tools = tools.len(),

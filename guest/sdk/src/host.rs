@@ -4,7 +4,7 @@
 //! unit tested natively; this module turns WIT calls into those plain types.
 
 use crate::bindings::settle::plugin::runner;
-use crate::bindings::wasi::clocks::wall_clock;
+use crate::bindings::wasi::clocks::{monotonic_clock, wall_clock};
 use crate::bindings::wasi::config::store as config;
 use crate::bindings::wasi::http::outgoing_handler;
 use crate::bindings::wasi::http::types::{
@@ -20,6 +20,15 @@ pub use runner::Level;
 pub fn now_ms() -> u64 {
     let t = wall_clock::now();
     t.seconds * 1000 + u64::from(t.nanoseconds / 1_000_000)
+}
+
+/// Blocks the call for `ms` milliseconds on the monotonic clock.
+///
+/// For the rare tool that must pace what it sends while the request is
+/// open (progress, log messages); anything longer belongs in a task woken
+/// by [`schedule`], since the runner bounds each call with a deadline.
+pub fn sleep_ms(ms: u64) {
+    monotonic_clock::subscribe_duration(ms.saturating_mul(1_000_000)).block();
 }
 
 /// 128 random bits as 32 lower-case hex digits: an opaque task id that is

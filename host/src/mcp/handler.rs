@@ -217,6 +217,21 @@ fn fault_error(fault: Fault) -> ErrorData {
     ErrorData::internal_error(fault.to_string(), None)
 }
 
+/// Parses a plugin's MRTR questions. The plugin leaves out `resultType`
+/// (the runner owns the envelope); rmcp's type insists on it.
+fn questions_from_plugin(json: &str) -> Result<InputRequiredResult, ErrorData> {
+    let mut value: Value = from_plugin("input-required result", json)?;
+    if let Some(object) = value.as_object_mut() {
+        object.insert("resultType".into(), json!("input_required"));
+    }
+    serde_json::from_value(value).map_err(|e| {
+        ErrorData::internal_error(
+            format!("the plugin returned an invalid input-required result: {e}"),
+            None,
+        )
+    })
+}
+
 /// Parses JSON the plugin produced into an rmcp type; a plugin that breaks
 /// the contract gets an internal error that says where.
 fn from_plugin<T: serde::de::DeserializeOwned>(what: &str, json: &str) -> Result<T, ErrorData> {
@@ -413,7 +428,7 @@ impl Settle {
                 Ok(match outcome {
                     CallOutcome::Complete(json) => Answer::Done(json),
                     CallOutcome::InputRequired(json) => {
-                        Answer::Questions(from_plugin("input-required result", &json)?)
+                        Answer::Questions(questions_from_plugin(&json)?)
                     }
                     CallOutcome::Task(view) => Answer::Task(view),
                 })
@@ -435,7 +450,7 @@ impl Settle {
                 Ok(match outcome {
                     RequestOutcome::Complete(json) => Answer::Done(json),
                     RequestOutcome::InputRequired(json) => {
-                        Answer::Questions(from_plugin("input-required result", &json)?)
+                        Answer::Questions(questions_from_plugin(&json)?)
                     }
                 })
             }

@@ -80,8 +80,13 @@ where
                 tracing::debug!("rejected stdio message: {}", rejection.message);
                 let _ = errors.send(rejection.to_json().to_string()).await;
             }
-            Ok(message) => {
+            Ok(mut message) => {
                 let is_request = message.get("id").is_some() && message.get("method").is_some();
+                let line = if super::listen::rename_listen(&mut message) {
+                    message.to_string()
+                } else {
+                    line
+                };
                 if !started && !is_request {
                     tracing::debug!("dropped a message that arrived before the first request");
                     continue;

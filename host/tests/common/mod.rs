@@ -303,3 +303,68 @@ impl Process {
             .unwrap()
     }
 }
+
+/// A raw `subscriptions/listen` stream, read as SSE.
+pub struct Listen {
+    response: reqwest::Response,
+    buffer: String,
+    /// The listen request's id (the subscription id).
+    pub id: u64,
+}
+
+impl Listen {
+    /// Opens a listen stream on `url` with `notifications` as the filter.
+    pub async fn open(url: &str, id: u64, notifications: Value, capabilities: Value) -> Listen {
+        let body = json!({
+            "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+            "params": {
+                "notifications": notifications,
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": capabilities,
+                },
+            },
+        });
+        let response = reqwest::Client::new()
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "subscriptions/listen")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("listen request reaches settle");
+        Listen {
+            response,
+            buffer: String::new(),
+            id,
+        }
+    }
+
+    /// The next JSON-RPC message on the stream, or `None` at its end or after
+    /// `wait`.
+    pub async fn next(&mut self, wait: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(end) = self.buffer.find('\n') {
+                let line: String = self.buffer.drain(..=end).collect();
+                // SSE `data:` lines, or a plain JSON body (an error answer).
+                let line = line.trim();
+                let data = line.strip_prefix("data:").map(str::trim).unwrap_or(line);
+                if let Ok(message) = serde_json::from_str(data) {
+                    return Some(message);
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
+                .await
+                .ok()?;
+            match chunk {
+                Ok(Some(bytes)) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
+                _ if !self.buffer.trim().is_empty() => self.buffer.push('\n'),
+                _ => return None,
+            }
+        }
+    }
+}
