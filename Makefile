@@ -10,7 +10,7 @@ SIM_ADDR ?= 127.0.0.1:8081
 HTTP_ADDR ?= 127.0.0.1:8080
 RUN_DIR := .run
 
-.PHONY: all build guest host sim run test lint test-unit test-e2e bench fmt clean wasm-target
+.PHONY: all build guest fixtures host run test lint test-unit test-e2e conformance bench fmt clean wasm-target
 
 all: build
 
@@ -20,6 +20,10 @@ wasm-target:
 # The device plugin, as a WASI component.
 guest: wasm-target
 	$(CARGO) build -p settle-devices --target wasm32-wasip2 --release
+
+# The conformance suite's fixtures, as a second plugin.
+fixtures: wasm-target
+	$(CARGO) build -p settle-fixtures --target wasm32-wasip2 --release
 
 host:
 	$(CARGO) build --release -p settle -p device-sim
@@ -45,7 +49,15 @@ test-unit:
 test-e2e: guest
 	$(CARGO) test --workspace --exclude settle-devices --test '*'
 
-test: lint test-unit test-e2e
+# The MCP conformance suite (2026-07-28, 2025-11-25, every tasks scenario)
+# against settle serving the fixture plugin, and the MCP Inspector CLI
+# against settle serving the device plugin. Installs pinned Node packages
+# (and Node 22) under .conformance/.
+conformance: guest fixtures
+	$(CARGO) build -p settle -p device-sim
+	./scripts/conformance.sh
+
+test: lint test-unit test-e2e conformance
 
 bench: guest
 	$(CARGO) run --release -p settle --example bench

@@ -221,15 +221,45 @@ fn fault_error(fault: Fault) -> ErrorData {
 /// (the runner owns the envelope); rmcp's type insists on it.
 fn questions_from_plugin(json: &str) -> Result<InputRequiredResult, ErrorData> {
     let mut value: Value = from_plugin("input-required result", json)?;
-    if let Some(object) = value.as_object_mut() {
-        object.insert("resultType".into(), json!("input_required"));
-    }
+    stamp(&mut value, "input_required");
     serde_json::from_value(value).map_err(|e| {
         ErrorData::internal_error(
             format!("the plugin returned an invalid input-required result: {e}"),
             None,
         )
     })
+}
+
+/// Sets `resultType` on a result object that has none. Plugins leave the
+/// envelope to the runner; rmcp removes `"complete"` again for legacy peers.
+fn stamp(value: &mut Value, result_type: &str) {
+    if let Some(object) = value.as_object_mut() {
+        object
+            .entry("resultType")
+            .or_insert_with(|| json!(result_type));
+    }
+}
+
+/// Parses a finished result the plugin produced, with `resultType` set.
+fn result_from_plugin<T: serde::de::DeserializeOwned>(
+    what: &str,
+    json: &str,
+) -> Result<T, ErrorData> {
+    let mut value: Value = from_plugin(what, json)?;
+    stamp(&mut value, "complete");
+    serde_json::from_value(value).map_err(|e| {
+        ErrorData::internal_error(format!("the plugin returned an invalid {what}: {e}"), None)
+    })
+}
+
+/// A detailed task from the plugin, with its inlined `result` stamped as
+/// the complete result it stands for.
+pub(super) fn detailed_from_plugin(json: &str) -> Result<Value, ErrorData> {
+    let mut value: Value = from_plugin("detailed task", json)?;
+    if let Some(result) = value.get_mut("result") {
+        stamp(result, "complete");
+    }
+    Ok(value)
 }
 
 /// Parses JSON the plugin produced into an rmcp type; a plugin that breaks
@@ -366,7 +396,7 @@ impl Settle {
             let task: Task = from_plugin("task", &view.detailed)?;
             return Ok(CallToolResponse::Task(CreateTaskResult::new(task)));
         }
-        let result: CallToolResult = from_plugin("task tool result", &view.tool_result)?;
+        let result: CallToolResult = result_from_plugin("task tool result", &view.tool_result)?;
         Ok(CallToolResponse::Complete(result))
     }
 
@@ -510,7 +540,7 @@ impl Settle {
         params: String,
     ) -> Result<T, ErrorData> {
         match self.serve_request(cx, method, params, None, None).await? {
-            Answer::Done(json) => from_plugin(method, &json),
+            Answer::Done(json) => result_from_plugin(method, &json),
             Answer::Questions(_) => Err(ErrorData::internal_error(
                 format!("the plugin asked questions for {method}, which cannot carry them"),
                 None,
@@ -663,7 +693,7 @@ impl ServerHandler for Settle {
             )
             .await?;
         match answer {
-            Answer::Done(json) => Ok(CallToolResponse::Complete(from_plugin(
+            Answer::Done(json) => Ok(CallToolResponse::Complete(result_from_plugin(
                 "tool result",
                 &json,
             )?)),
@@ -712,7 +742,7 @@ impl ServerHandler for Settle {
                 e
             })?;
         match answer {
-            Answer::Done(json) => Ok(ReadResourceResponse::Complete(from_plugin::<
+            Answer::Done(json) => Ok(ReadResourceResponse::Complete(result_from_plugin::<
                 ReadResourceResult,
             >(
                 "resource", &json
@@ -746,9 +776,9 @@ impl ServerHandler for Settle {
             )
             .await?;
         match answer {
-            Answer::Done(json) => Ok(GetPromptResponse::Complete(from_plugin::<GetPromptResult>(
-                "prompt", &json,
-            )?)),
+            Answer::Done(json) => Ok(GetPromptResponse::Complete(result_from_plugin::<
+                GetPromptResult,
+            >("prompt", &json)?)),
             Answer::Questions(questions) => Ok(GetPromptResponse::InputRequired(questions)),
             Answer::Task(_) => unreachable!("only tools/call makes tasks"),
         }
@@ -831,7 +861,13 @@ impl ServerHandler for Settle {
             .await
             .map_err(fault_error)?
             .map_err(task_error)?;
-        let detailed: DetailedTask = from_plugin("detailed task", &view.detailed)?;
+        let detailed: DetailedTask = serde_json::from_value(detailed_from_plugin(&view.detailed)?)
+            .map_err(|e| {
+                ErrorData::internal_error(
+                    format!("the plugin returned an invalid detailed task: {e}"),
+                    None,
+                )
+            })?;
         Ok(GetTaskResult::new(detailed))
     }
 
@@ -909,6 +945,21 @@ impl ServerHandler for Settle {
             ),
         ];
         let method = request.method.as_str();
+        // Methods 2026-07-28 removed are unknown there, whatever their params.
+        const REMOVED: [&str; 5] = [
+            "initialize",
+            "ping",
+            "logging/setLevel",
+            "resources/subscribe",
+            "resources/unsubscribe",
+        ];
+        if is_modern(&cx) && REMOVED.contains(&method) {
+            return Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                format!("Method not found: {method} is not part of protocol 2026-07-28"),
+                None,
+            ));
+        }
         if let Some((_, usage)) = KNOWN.iter().find(|(m, _)| *m == method) {
             return Err(ErrorData::invalid_params(
                 format!("Invalid params for {method}: {usage}"),

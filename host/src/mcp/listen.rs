@@ -166,10 +166,10 @@ pub async fn listen(
         };
         let delivered = match event {
             None => break,
-            Some(Event::Task(view)) => match serde_json::from_str::<Value>(&view.detailed) {
+            Some(Event::Task(view)) => match super::handler::detailed_from_plugin(&view.detailed) {
                 Ok(task) => send("notifications/tasks", task).await,
                 Err(e) => {
-                    tracing::error!("the plugin's task view is not JSON: {e}");
+                    tracing::error!("{}", e.message);
                     true
                 }
             },

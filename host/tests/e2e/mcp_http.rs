@@ -1,9 +1,7 @@
 //! MCP over Streamable HTTP: both protocol eras, the tasks extension,
 //! malformed messages, and the HTTP-level rules (Host, Origin, methods).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rmcp::model::{CallToolResponse, CancelTaskParams, GetTaskParams, TaskStatus};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};

@@ -1,9 +1,7 @@
 //! The runner as a process: restarts on the same store, `kill -9`, and an
 //! orderly SIGTERM.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::time::Duration;
 

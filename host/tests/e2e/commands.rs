@@ -1,9 +1,7 @@
 //! Verified commands end to end: the real plugin in the real runtime, the
 //! simulator on loopback, an rmcp client over Streamable HTTP.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use device_sim::Fault;
 use serde_json::json;
 use std::time::Duration;

@@ -2,9 +2,7 @@
 //! `input_required` answered through `tasks/update`, questions in the middle
 //! of a task, and task notifications on `subscriptions/listen`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use device_sim::{DeviceSpec, Fault, SimConfig};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, GetTaskParams, InputResponses, TaskStatus,

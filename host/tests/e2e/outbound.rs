@@ -1,9 +1,7 @@
 //! The outbound allow-list, deny case first: a plugin reaches only the
 //! origins its tenant allows, and a denial is a clear tool error.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::time::Duration;
 

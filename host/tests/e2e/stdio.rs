@@ -1,9 +1,7 @@
 //! The binary over stdio: a smoke test through rmcp's child-process client,
 //! and raw lines for framing and malformed input.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use rmcp::{ClientLifecycleMode, ClientServiceExt};

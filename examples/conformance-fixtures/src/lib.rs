@@ -1,0 +1,163 @@
+//! The MCP conformance suite's fixtures as a settle plugin.
+//!
+//! The suite (`@modelcontextprotocol/conformance`) calls fixed tools,
+//! resources and prompts and checks what comes back. Serving them from a
+//! plugin, through the same runner and WIT boundary as the device plugin,
+//! means the suite tests settle's whole path, while the runner stays free
+//! of test code.
+//!
+//! Build with `cargo build -p settle-fixtures --target wasm32-wasip2
+//! --release`, then serve with `settle serve --http 127.0.0.1:PORT --plugin
+//! target/wasm32-wasip2/release/settle_fixtures.wasm --store memory
+//! --inline-wait-ms 0`.
+//!
+//! # Layout
+//! - [`tools`]: the fixture tools, by family.
+//! - [`questions`]: MRTR questions and reading the client's replies (pure).
+//! - [`mrtr`]: sealing `requestState` with HMAC-SHA256 (pure).
+//! - [`task`]: the fixture jobs and the task state machine (pure).
+//! - [`store`]: task records in key-value storage; the `tasks/*` exports.
+//! - [`serve`]: routing of the other requests to [`resources`] and
+//!   [`prompts`] (pure).
+//! - [`content`]: the binary payloads.
+//!
+//! The runner's imports are reached only through `settle_plugin_sdk::host`.
+//! This file only converts between WIT types and those modules.
+
+// Natively (for the unit tests of the pure modules) nothing is exported, so
+// everything only the exports reach looks unused there.
+#![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+
+pub mod content;
+pub mod mrtr;
+pub mod prompts;
+pub mod questions;
+pub mod resources;
+pub mod serve;
+mod store;
+pub mod task;
+pub mod tools;
+
+use settle_plugin_sdk::{bindings, host};
+
+use bindings::exports::settle::plugin::plugin::Guest;
+use bindings::settle::plugin::types::{
+    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
+};
+use serde_json::{Value as Json, json};
+use serve::{Refusal, Served};
+use tools::{Failure, Outcome};
+
+/// The configuration key of the runner's `requestState` sealing key.
+const REQUEST_STATE_KEY: &str = "request_state_key";
+
+struct Plugin;
+
+/// Parses optional JSON the runner passed on; unparseable counts as absent,
+/// like `null` (the client then gets asked again).
+fn parse_optional(json: Option<&str>) -> Option<Json> {
+    json.and_then(|j| serde_json::from_str(j).ok())
+}
+
+fn sealer() -> Result<mrtr::Sealer, String> {
+    let key = host::config(REQUEST_STATE_KEY)?
+        .ok_or_else(|| format!("plugin configuration: {REQUEST_STATE_KEY} is not set"))?;
+    Ok(mrtr::Sealer::new(key.as_bytes()))
+}
+
+/// A capability JSON as the runner wants it in `missing-capability`.
+fn missing(capabilities: Json) -> CallError {
+    CallError::MissingCapability(capabilities.to_string())
+}
+
+impl Guest for Plugin {
+    fn capabilities() -> String {
+        json!({
+            "resources": {"subscribe": true},
+            "prompts": {"listChanged": true},
+            "completions": {},
+        })
+        .to_string()
+    }
+
+    fn list_tools() -> Vec<Tool> {
+        tools::all()
+            .map(|t| Tool {
+                name: t.name.to_string(),
+                title: None,
+                description: t.description.to_string(),
+                input_schema: (t.input_schema)().to_string(),
+                output_schema: None,
+                annotations: None,
+            })
+            .collect()
+    }
+
+    fn call_tool(request: CallRequest) -> Result<CallOutcome, CallError> {
+        let args: Json = serde_json::from_str(&request.arguments)
+            .map_err(|e| CallError::InvalidParams(format!("arguments are not JSON: {e}")))?;
+        let replies = parse_optional(request.input_responses.as_deref());
+        let sealer = sealer().map_err(CallError::Internal)?;
+        let outcome = tools::call(
+            &request.name,
+            &args,
+            &request.client,
+            replies.as_ref(),
+            request.request_state.as_deref(),
+            &sealer,
+            &host::random_id(),
+        );
+        match outcome {
+            Ok(Outcome::Complete(result)) => Ok(CallOutcome::Complete(result.to_string())),
+            Ok(Outcome::InputRequired(body)) => Ok(CallOutcome::InputRequired(body.to_string())),
+            Ok(Outcome::Task(record)) => Ok(CallOutcome::Task(store::view(&record))),
+            Err(Failure::UnknownTool(m)) => Err(CallError::UnknownTool(m)),
+            Err(Failure::InvalidParams(m)) => Err(CallError::InvalidParams(m)),
+            Err(Failure::MissingCapability(c)) => Err(missing(c)),
+            Err(Failure::Internal(m)) => Err(CallError::Internal(m)),
+        }
+    }
+
+    fn serve(request: McpRequest) -> Result<RequestOutcome, CallError> {
+        let params: Json = serde_json::from_str(&request.params).unwrap_or_else(|_| json!({}));
+        let replies = parse_optional(request.input_responses.as_deref());
+        let served = serve::serve(&serve::Request {
+            method: &request.method,
+            params: &params,
+            client: &request.client,
+            replies: replies.as_ref(),
+        });
+        match served {
+            Ok(Served::Complete(result)) => Ok(RequestOutcome::Complete(result.to_string())),
+            Ok(Served::InputRequired(body)) => Ok(RequestOutcome::InputRequired(body.to_string())),
+            Err(Refusal::NotFound(m)) => Err(CallError::NotFound(m)),
+            Err(Refusal::InvalidParams(m)) => Err(CallError::InvalidParams(m)),
+            Err(Refusal::MissingCapability(c)) => Err(missing(c)),
+            Err(Refusal::MethodNotFound(m)) => Err(CallError::MethodNotFound(m)),
+        }
+    }
+
+    fn get_task(task_id: String) -> Result<TaskView, TaskError> {
+        store::get(&task_id)
+    }
+
+    fn update_task(task_id: String, input_responses: String) -> Result<(), TaskError> {
+        let replies: Json = serde_json::from_str(&input_responses).unwrap_or_else(|_| json!({}));
+        store::answer(&task_id, &replies)
+    }
+
+    fn cancel_task(task_id: String) -> Result<(), TaskError> {
+        store::cancel(&task_id)
+    }
+
+    fn advance(group: String, task_ids: Vec<String>) {
+        if let Err(e) = store::advance(&task_ids) {
+            host::log(host::Level::Error, &format!("advancing {group}: {e}"));
+        }
+    }
+}
+
+// Exported only in the component: native builds (the unit tests) cannot link
+// symbol names that contain WIT's `:` and `/`.
+#[cfg(target_arch = "wasm32")]
+settle_plugin_sdk::export!(Plugin);

@@ -1,0 +1,14 @@
+//! End-to-end tests: the real device plugin in the real runtime, the
+//! simulator on loopback, and real MCP clients (rmcp, raw HTTP, stdio).
+//!
+//! One test binary with a module per area: every test binary links all of
+//! wasmtime and rmcp, so one binary instead of six saves minutes of CI.
+
+mod common;
+
+mod commands;
+mod lifecycle;
+mod mcp_http;
+mod outbound;
+mod stdio;
+mod tasks;
