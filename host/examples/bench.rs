@@ -7,7 +7,10 @@
 //!   p99), next to direct requests to the simulator;
 //! - the byte size of the `tools/list` result;
 //! - acceptance to `completed` with a 4 s actuation delay, and the sensor
-//!   reads it took.
+//!   reads it took;
+//! - `tasks/get` over HTTP with 10,000 stored tasks (requests/s, p50, p99);
+//! - the delay from a task's change to a `subscriptions/listen` listener
+//!   (p50, p99).
 
 use anyhow::Context;
 use clap::Parser;
@@ -375,6 +378,188 @@ async fn time_to_completed() -> anyhow::Result<()> {
     Ok(())
 }
 
+fn tasks_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    })
+}
+
+/// Creates one task per device, `concurrency` at a time; returns their ids.
+async fn create_tasks(
+    url: &str,
+    devices: usize,
+    concurrency: usize,
+) -> anyhow::Result<Vec<String>> {
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (next, url) = (next.clone(), url.to_string());
+        workers.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut ids = Vec::new();
+            loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n >= devices {
+                    return anyhow::Ok(ids);
+                }
+                let params = json!({"name": "set_temperature", "arguments": {"device_id": format!("ac-{n:05}"), "temperature": 24}, "_meta": tasks_meta()});
+                let reply = message(
+                    client
+                        .post(&url)
+                        .header("accept", "application/json, text/event-stream")
+                        .header("content-type", "application/json")
+                        .header("mcp-protocol-version", "2026-07-28")
+                        .header("mcp-method", "tools/call")
+                        .header("mcp-name", "set_temperature")
+                        .body(json!({"jsonrpc":"2.0","id":n,"method":"tools/call","params":params}).to_string())
+                        .send()
+                        .await?,
+                )
+                .await?;
+                let id = reply["result"]["taskId"].as_str().context("a task")?.to_string();
+                ids.push(id);
+            }
+        }));
+    }
+    let mut ids = Vec::new();
+    for w in workers {
+        ids.extend(w.await??);
+    }
+    Ok(ids)
+}
+
+/// `tasks/get` with many stored tasks, and task notifications.
+async fn tasks_at_scale() -> anyhow::Result<()> {
+    const DEVICES: usize = 10_000;
+    let sim = device_sim::spawn(SimConfig {
+        devices: device_sim::DeviceSpec::numbered(DEVICES),
+        delay: Duration::from_millis(300),
+        ..SimConfig::default()
+    })
+    .await?;
+    let api = sim.base_url();
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("tasks.redb");
+    let (url, _stop) = serve(config(&api, store.to_str().unwrap(), "0")?).await?;
+    let started = Instant::now();
+    let ids = Arc::new(create_tasks(&url, DEVICES, 8).await?);
+    println!(
+        "## tasks/get over HTTP with {} stored tasks (redb store)",
+        ids.len()
+    );
+    println!(
+        "  created {} tasks in {:.1} s",
+        ids.len(),
+        started.elapsed().as_secs_f64()
+    );
+    // Let every task end, so the scheduler is idle while we measure.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    println!(
+        "  {:<40} {:>10} {:>10} {:>10} {:>8}",
+        "", "req/s", "p50 µs", "p99 µs", "n"
+    );
+    for concurrency in [1, 8] {
+        let (ids, url) = (ids.clone(), url.clone());
+        let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let l = load(concurrency, Duration::from_secs(3), move |client| {
+            let n = counter.fetch_add(7919, std::sync::atomic::Ordering::Relaxed) % ids.len();
+            let id = ids[n].clone();
+            let request = client
+                .post(&url)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", "tasks/get")
+                .header("mcp-name", id.clone())
+                .body(json!({"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":id,"_meta":tasks_meta()}}).to_string());
+            Box::pin(async move {
+                let reply = message(request.send().await?).await?;
+                anyhow::ensure!(reply["result"]["taskId"].is_string(), "tasks/get failed: {reply}");
+                Ok(())
+            })
+        })
+        .await?;
+        println!(
+            "  {:<40} {:>10.0} {:>10.0} {:>10.0} {:>8}",
+            format!("tasks/get, concurrency {concurrency}"),
+            l.rps,
+            micros(l.p50),
+            micros(l.p99),
+            l.n
+        );
+    }
+    notification_delay(&url).await
+}
+
+/// From a task's change (its `lastUpdatedAt`, stamped by the plugin) to a
+/// listener receiving it.
+async fn notification_delay(url: &str) -> anyhow::Result<()> {
+    const TASKS: usize = 200;
+    let ids = create_tasks(url, TASKS, 4).await?;
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"taskIds":ids},"_meta":tasks_meta()}});
+    let mut response = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await?;
+    let mut delays = Vec::new();
+    let mut ended = std::collections::HashSet::new();
+    let mut buffer = String::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ended.len() < TASKS && Instant::now() < deadline {
+        let Ok(Ok(Some(chunk))) =
+            tokio::time::timeout(Duration::from_secs(10), response.chunk()).await
+        else {
+            break;
+        };
+        let received = std::time::SystemTime::now();
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find('\n') {
+            let line: String = buffer.drain(..=end).collect();
+            let Some(data) = line.trim().strip_prefix("data:") else {
+                continue;
+            };
+            let Ok(message) = serde_json::from_str::<Value>(data.trim()) else {
+                continue;
+            };
+            if message["method"] != "notifications/tasks" {
+                continue;
+            }
+            let task = &message["params"];
+            let Some(stamp) = task["lastUpdatedAt"]
+                .as_str()
+                .and_then(|t| humantime::parse_rfc3339(t).ok())
+            else {
+                continue;
+            };
+            if let Ok(delay) = received.duration_since(stamp) {
+                delays.push(delay);
+            }
+            if matches!(
+                task["status"].as_str(),
+                Some("completed" | "failed" | "cancelled")
+            ) {
+                ended.insert(task["taskId"].as_str().unwrap_or_default().to_string());
+            }
+        }
+    }
+    delays.sort();
+    anyhow::ensure!(!delays.is_empty(), "no task notifications arrived");
+    println!("## Task change to listener ({TASKS} tasks followed on one listen stream)");
+    println!(
+        "  {} notifications: p50 {:.2} ms, p99 {:.2} ms (ms resolution of lastUpdatedAt)",
+        delays.len(),
+        percentile(&delays, 0.5).as_secs_f64() * 1e3,
+        percentile(&delays, 0.99).as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(plugin().exists(), "build the plugin first: make guest");
@@ -387,5 +572,6 @@ async fn main() -> anyhow::Result<()> {
     sandbox_cost(&sim.base_url()).await?;
     http_throughput(&sim.base_url()).await?;
     time_to_completed().await?;
+    tasks_at_scale().await?;
     Ok(())
 }
