@@ -10,7 +10,7 @@ SIM_ADDR ?= 127.0.0.1:8081
 HTTP_ADDR ?= 127.0.0.1:8080
 RUN_DIR := .run
 
-.PHONY: all build guest fixtures host run test lint test-unit test-e2e conformance bench fmt clean wasm-target
+.PHONY: all build guest fixtures host run run-cluster redis test test-all lint test-unit test-e2e conformance bench bench-scale fmt clean wasm-target
 
 all: build
 
@@ -36,6 +36,11 @@ run: build
 	@mkdir -p $(RUN_DIR)
 	@./scripts/run.sh "$(SIM_ADDR)" "$(HTTP_ADDR)" "$(RUN_DIR)"
 
+# Two replicas on one Redis, and the simulator: prints both URLs.
+run-cluster: build redis
+	@mkdir -p $(RUN_DIR)
+	@./scripts/run-cluster.sh "$(SIM_ADDR)" "$(RUN_DIR)"
+
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
@@ -44,9 +49,17 @@ lint:
 test-unit:
 	$(CARGO) test --workspace --lib --bins
 
+# Redis for the tests of the shared store (the tests start their own
+# servers; this only makes sure the binary is there).
+redis:
+	@command -v redis-server >/dev/null || { \
+	  echo "installing redis-server"; \
+	  (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) \
+	  || (sudo apt-get update -qq && sudo apt-get install -y -qq redis-server >/dev/null); }
+
 # End-to-end: the real component in the real runtime against the simulator,
 # through real MCP clients.
-test-e2e: guest
+test-e2e: guest redis
 	$(CARGO) test --workspace --exclude settle-devices --test '*'
 
 # The MCP conformance suite (2026-07-28, 2025-11-25, every tasks scenario)
@@ -54,7 +67,7 @@ test-e2e: guest
 # against settle serving the device plugin. Installs pinned Node packages
 # (and Node 22) under .conformance/.
 conformance: guest fixtures
-	$(CARGO) build -p settle -p device-sim
+	$(CARGO) test -p settle -p device-sim --no-run
 	./scripts/conformance.sh
 
 test: lint test-unit test-e2e conformance

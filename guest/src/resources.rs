@@ -60,7 +60,10 @@ pub fn state_json(device_id: &str, reading: &Reading) -> Json {
 /// Records a fresh reading of a device, telling subscribers if it changed.
 /// A failure to remember only costs a later command a fresh probe.
 pub fn observed(ctx: &Context, device_id: &str, reading: &Reading) {
-    match ctx.tasks.remember_reading(device_id, reading) {
+    match ctx
+        .tasks
+        .remember_reading(device_id, reading, host::now_ms())
+    {
         Ok(true) => host::resource_updated(&uri(device_id)),
         Ok(false) => {}
         Err(e) => host::log(host::Level::Warn, &format!("remembering a reading: {e}")),

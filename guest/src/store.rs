@@ -7,7 +7,7 @@
 use crate::bindings::settle::plugin::types::TaskView;
 use crate::driver::Reading;
 use crate::host::{self, CasUpdate, Kv};
-use crate::model::Field;
+use crate::model::{Field, Value};
 use crate::task::{RECORD_FORMAT, TaskRecord, tool_result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,17 +24,38 @@ fn readable_key(device_id: &str) -> String {
     format!("device/{device_id}/readable")
 }
 
-/// Which unfinished task last commanded each field of a device.
-type Claims = BTreeMap<Field, String>;
+/// The value last commanded for each field of a device, and the tasks that
+/// wait for it.
+type Claims = BTreeMap<Field, Claim>;
 
-/// What a device's sensor endpoint last reported: which fields it reports
-/// (for when it cannot be read) and a digest of the state (to notice when
-/// it changes).
+#[derive(Serialize, Deserialize, Default)]
+struct Claim {
+    value: Option<Value>,
+    tasks: Vec<String>,
+}
+
+/// Tasks remembered per field and value. Older ones have almost surely
+/// ended; dropping them only means they are not told of a newer command.
+const MAX_CLAIMANTS: usize = 1000;
+
+/// What a device's sensor endpoint last reported, and when: which fields it
+/// reports (for when it cannot be read), the state (to notice when it
+/// changes, and as a command's baseline while it is fresh).
 #[derive(Serialize, Deserialize, PartialEq)]
 struct LastReading {
     fields: BTreeSet<Field>,
     state: String,
+    #[serde(default)]
+    values: BTreeMap<Field, Value>,
+    #[serde(default)]
+    online: bool,
+    #[serde(default)]
+    at_ms: u64,
 }
+
+/// A remembered reading is refreshed in the store once it is this old, even
+/// if nothing changed, so it can stand in for a fresh read.
+const REFRESH_AFTER_MS: u64 = 500;
 
 pub struct Tasks {
     kv: Kv,
@@ -155,25 +176,33 @@ impl Tasks {
         host::unschedule(&[id.to_string()])
     }
 
-    /// Records `task_id` as the latest command to `fields` of `device_id` and
-    /// returns the earlier tasks it takes fields from.
+    /// Records `task_id` as the latest command to these fields of
+    /// `device_id`, and returns the earlier tasks it supersedes: those
+    /// waiting for a *different* value of one of the fields. Tasks that wait
+    /// for the same value keep waiting; the device will show it to all.
     pub fn claim_fields(
         &self,
         device_id: &str,
-        fields: &[Field],
+        command: &[(Field, Value)],
         task_id: &str,
     ) -> Result<Vec<String>, String> {
         self.kv.cas_update(&claims_key(device_id), |current| {
-            let mut claims: Claims = match current {
-                Some(bytes) => serde_json::from_slice(bytes).unwrap_or_default(),
-                None => Claims::new(),
-            };
+            let mut claims: Claims = current
+                .and_then(|bytes| serde_json::from_slice(bytes).ok())
+                .unwrap_or_default();
             let mut earlier = BTreeSet::new();
-            for field in fields {
-                if let Some(old) = claims.insert(*field, task_id.to_string())
-                    && old != task_id
-                {
-                    earlier.insert(old);
+            for (field, value) in command {
+                let claim = claims.entry(*field).or_default();
+                if claim.value.as_ref() != Some(value) {
+                    earlier.extend(claim.tasks.drain(..).filter(|t| t != task_id));
+                    claim.value = Some(value.clone());
+                }
+                if !claim.tasks.iter().any(|t| t == task_id) {
+                    claim.tasks.push(task_id.to_string());
+                }
+                if claim.tasks.len() > MAX_CLAIMANTS {
+                    let excess = claim.tasks.len() - MAX_CLAIMANTS;
+                    claim.tasks.drain(..excess);
                 }
             }
             let bytes = serde_json::to_vec(&claims).expect("claims serialize");
@@ -183,24 +212,55 @@ impl Tasks {
 
     /// Remembers a device's reading; returns whether its state differs from
     /// the reading remembered before (so subscribers can be told).
-    pub fn remember_reading(&self, device_id: &str, reading: &Reading) -> Result<bool, String> {
+    pub fn remember_reading(
+        &self,
+        device_id: &str,
+        reading: &Reading,
+        now_ms: u64,
+    ) -> Result<bool, String> {
         let fresh = LastReading {
             fields: reading.values.keys().copied().collect(),
             state: crate::question::digest(&format!("{:?}|{:?}", reading.online, reading.values)),
+            values: reading.values.clone(),
+            online: reading.online,
+            at_ms: now_ms,
         };
         let bytes = serde_json::to_vec(&fresh).expect("readings serialize");
         self.kv.cas_update(&readable_key(device_id), |current| {
-            // Reads are frequent and the state rarely changes: write only
-            // when it did.
-            let same = current
-                .and_then(|c| serde_json::from_slice::<LastReading>(c).ok())
-                .is_some_and(|old| old == fresh);
-            Ok(if same {
-                CasUpdate::Keep(false)
+            // Reads are frequent and the state rarely changes: write when it
+            // did, or when the remembered reading grows stale.
+            let old = current.and_then(|c| serde_json::from_slice::<LastReading>(c).ok());
+            let changed = old.as_ref().is_none_or(|o| o.state != fresh.state);
+            let stale = old
+                .as_ref()
+                .is_none_or(|o| now_ms.saturating_sub(o.at_ms) >= REFRESH_AFTER_MS);
+            Ok(if changed || stale {
+                CasUpdate::Write(bytes.clone(), changed)
             } else {
-                CasUpdate::Write(bytes.clone(), true)
+                CasUpdate::Keep(false)
             })
         })
+    }
+
+    /// The device's last reading, if it was taken within `max_age_ms`: a
+    /// command can use it as its baseline instead of reading again, so many
+    /// commands to one device in a burst cost one read.
+    pub fn recent_reading(
+        &self,
+        device_id: &str,
+        now_ms: u64,
+        max_age_ms: u64,
+    ) -> Result<Option<Reading>, String> {
+        Ok(self
+            .kv
+            .get(&readable_key(device_id))?
+            .and_then(|b| serde_json::from_slice::<LastReading>(&b).ok())
+            .filter(|r| r.at_ms > 0 && now_ms.saturating_sub(r.at_ms) <= max_age_ms)
+            .map(|r| Reading {
+                online: r.online,
+                values: r.values,
+                ..Reading::default()
+            }))
     }
 
     /// The fields a device reported last time it could be read.

@@ -215,6 +215,15 @@ pub struct TaskRecord {
     pub reads: u32,
     /// Sensor reads that did not answer; they are not verdicts.
     pub failed_reads: u32,
+    /// Failed reads in a row: the next read backs off accordingly.
+    #[serde(default)]
+    pub failed_streak: u32,
+    /// Attempts to hand the command to the API that got no answer.
+    #[serde(default)]
+    pub send_attempts: u32,
+    /// When the next attempt to send is due, after one got no answer.
+    #[serde(default)]
+    pub retry_at_ms: Option<u64>,
     /// Reads in a row in which some field showed a different value.
     pub diverged_streak: u32,
     pub failure: Option<Failure>,
@@ -266,6 +275,9 @@ impl TaskRecord {
             fields,
             reads: 0,
             failed_reads: 0,
+            failed_streak: 0,
+            send_attempts: 0,
+            retry_at_ms: None,
             diverged_streak: 0,
             failure: None,
             ended_at_ms: None,
@@ -382,16 +394,24 @@ impl TaskRecord {
         true
     }
 
-    /// The API did not answer the command (a timeout, say): it may or may not
-    /// have taken it. Only the sensors can tell, so the task watches them as
-    /// if it had been sent.
-    pub fn mark_sent_unconfirmed(&mut self, now_ms: u64, why: &str) -> bool {
-        if !self.mark_sent(now_ms, None) {
+    /// The API did not answer the command (a timeout, a 5xx): it may or may
+    /// not have taken it. The command is sent again after a back-off, which
+    /// is safe because commands are absolute; until the API takes it the
+    /// task does not read the sensors, and past the TTL it fails as not sent.
+    pub fn retry_send_later(&mut self, now_ms: u64, why: &str) -> bool {
+        if self.is_terminal() || self.stage != Stage::Sending {
             return false;
         }
+        self.send_attempts += 1;
+        let wait = backoff(self.timing.poll_interval_ms, self.send_attempts);
+        self.retry_at_ms = Some(now_ms.saturating_add(wait));
         self.set_message(
             now_ms,
-            format!("the device API did not confirm the command ({why}); watching the sensors"),
+            format!(
+                "the device API did not take the command ({why}); sending again in {:.1} s (attempt {})",
+                wait as f64 / 1000.0,
+                self.send_attempts + 1
+            ),
         );
         true
     }
@@ -429,6 +449,11 @@ impl TaskRecord {
         let ttl_s = self.timing.ttl_ms / 1000;
         let message = if self.stage == Stage::AwaitingConfirmation {
             format!("not sent: no answer to the confirmation within the TTL of {ttl_s} s")
+        } else if self.stage == Stage::Sending {
+            format!(
+                "not sent: the device API did not take the command within the TTL of {ttl_s} s ({} attempts)",
+                self.send_attempts.max(1)
+            )
         } else {
             format!(
                 "not finished within its TTL of {ttl_s} s; last seen: {}",
@@ -459,6 +484,7 @@ impl TaskRecord {
             Err(why) => {
                 // Not a verdict: the device may well be fine.
                 self.failed_reads += 1;
+                self.failed_streak += 1;
                 self.set_message(
                     now_ms,
                     format!("sensor endpoint did not answer ({why}); reading again"),
@@ -467,6 +493,7 @@ impl TaskRecord {
             }
         };
         self.reads += 1;
+        self.failed_streak = 0;
         for field in &mut self.fields {
             if field.readable {
                 field.observed = reading.values.get(&field.field).cloned();
@@ -591,9 +618,25 @@ impl TaskRecord {
         if self.is_terminal() {
             return self.purge_at_ms();
         }
-        now_ms
-            .saturating_add(self.timing.poll_interval_ms.max(1))
-            .min(self.deadline_ms())
+        let next = match self.stage {
+            Stage::Sending => self
+                .retry_at_ms
+                .unwrap_or_else(|| now_ms.saturating_add(self.timing.poll_interval_ms)),
+            // Nothing happens until the answer comes; only the TTL remains.
+            Stage::AwaitingConfirmation => self.deadline_ms(),
+            Stage::Sent { .. } if self.status == Status::InputRequired => self.deadline_ms(),
+            // Reads land on a grid of the poll interval, so every task
+            // waiting on a device is due at the same instant and the
+            // scheduler advances them together with one read.
+            Stage::Sent { .. } => align_up(
+                now_ms.saturating_add(backoff(
+                    self.timing.poll_interval_ms,
+                    self.failed_streak + 1,
+                )),
+                self.timing.poll_interval_ms,
+            ),
+        };
+        next.min(self.deadline_ms())
     }
 
     /// Creation plus TTL: after this an unfinished task fails.
@@ -772,6 +815,25 @@ impl TaskRecord {
         task
     }
 }
+
+/// The wait before attempt `n` (from 1) after failures: the poll interval,
+/// doubling with each failure, at most [`MAX_BACKOFF_MS`].
+pub fn backoff(poll_interval_ms: u64, n: u32) -> u64 {
+    let factor = 1u64 << n.saturating_sub(1).min(10);
+    poll_interval_ms
+        .max(1)
+        .saturating_mul(factor)
+        .min(MAX_BACKOFF_MS)
+}
+
+/// `t` rounded up to a multiple of `step`.
+pub fn align_up(t: u64, step: u64) -> u64 {
+    let step = step.max(1);
+    t.div_ceil(step).saturating_mul(step)
+}
+
+/// The longest wait between retries of a failing device API.
+pub const MAX_BACKOFF_MS: u64 = 30_000;
 
 /// A `CallToolResult` carrying `structured` both as structured content and,
 /// for clients that only read text, as its JSON text.
@@ -1220,6 +1282,54 @@ mod tests {
             refuse.failure.unwrap().reason,
             FailureReason::DifferentValue
         );
+    }
+
+    #[test]
+    fn an_unanswered_send_is_retried_with_backoff_until_the_ttl() {
+        let mut task = TaskRecord::new(
+            "t".into(),
+            "set_temperature",
+            "ac-living",
+            vec![field(
+                Field::TargetTemperature,
+                Value::Number(24.0),
+                Value::Number(26.0),
+            )],
+            TIMING,
+            0,
+        );
+        assert!(task.retry_send_later(0, "503"));
+        assert_eq!(task.next_wake_ms(0), 1_000);
+        assert!(task.retry_send_later(1_000, "503"));
+        assert_eq!(task.next_wake_ms(1_000), 3_000, "the wait doubles");
+        assert_eq!(task.status, Status::Working);
+        assert!(
+            task.status_message.contains("attempt 3"),
+            "{}",
+            task.status_message
+        );
+        assert!(task.expire_if_due(TIMING.ttl_ms));
+        assert!(
+            task.status_message.starts_with("not sent"),
+            "{}",
+            task.status_message
+        );
+    }
+
+    #[test]
+    fn failed_reads_back_off_and_a_good_read_resets_it() {
+        let mut task = temperature_task(24.0, 26.0);
+        task.observe(2_000, Err("503"));
+        task.observe(3_000, Err("503"));
+        assert_eq!(task.next_wake_ms(3_000), 3_000 + 4_000);
+        task.observe(7_000, Ok(&temp(26.0)));
+        assert_eq!(task.next_wake_ms(7_000), 8_000);
+        assert_eq!(
+            task.next_wake_ms(7_350),
+            9_000,
+            "reads land on the poll grid"
+        );
+        assert_eq!(backoff(1_000, 40), MAX_BACKOFF_MS);
     }
 
     #[test]

@@ -44,12 +44,17 @@ pub struct TenantConfig {
 pub struct RunnerConfig {
     /// Where tasks and schedules live.
     pub store: Store,
+    /// The Redis URL, when the store is shared by replicas: change notices
+    /// travel between them through it.
+    pub relay: Option<String>,
     /// The one tenant served.
     pub tenant: TenantConfig,
     /// How MCP requests are answered.
     pub options: ServeOptions,
     /// Who may reach the HTTP endpoint.
     pub access: HttpAccess,
+    /// How long a claimed due task belongs to this runner.
+    pub lease: Duration,
 }
 
 impl RunnerConfig {
@@ -93,7 +98,15 @@ impl RunnerConfig {
         if args.call_timeout_ms == 0 {
             bail!("--call-timeout-ms must be above 0");
         }
+        if args.lease_ms <= args.call_timeout_ms {
+            bail!(
+                "--lease-ms {} must exceed --call-timeout-ms {}: a replica must finish advancing a task before another may take it",
+                args.lease_ms,
+                args.call_timeout_ms
+            );
+        }
         let store = Store::open(&args.store).with_context(|| format!("--store {}", args.store))?;
+        let relay = store.is_shared().then(|| args.store.clone());
         let mut access = HttpAccess::default();
         access
             .allowed_hosts
@@ -103,6 +116,7 @@ impl RunnerConfig {
             .extend(args.allowed_origin.iter().cloned());
         Ok(RunnerConfig {
             store,
+            relay,
             tenant: TenantConfig {
                 name: DEFAULT_TENANT.into(),
                 plugin: args.plugin.clone(),
@@ -118,6 +132,7 @@ impl RunnerConfig {
                 inline_wait: Duration::from_millis(args.inline_wait_ms),
             },
             access,
+            lease: Duration::from_millis(args.lease_ms),
         })
     }
 }
@@ -133,6 +148,7 @@ fn random_key() -> String {
 /// A started runner: plugin loaded, scheduler running.
 pub struct Runner {
     settle: Settle,
+    store: Store,
     access: HttpAccess,
     drain: Drain,
     scheduler_stop: CancellationToken,
@@ -143,15 +159,25 @@ impl Runner {
     /// Loads the plugin (refusing one that does not work), and starts the
     /// scheduler so that stored tasks carry on.
     pub async fn start(config: RunnerConfig) -> anyhow::Result<Runner> {
+        if let Err(e) = config.store.ping().await {
+            // Not fatal: the store may come up after the runner, and
+            // /readyz says so meanwhile.
+            tracing::warn!("the store is not reachable yet: {e}");
+        }
+        let store = config.store.clone();
         let runtime = Arc::new(Runtime::new(config.store)?);
         let spec = config.tenant;
+        let hub = Arc::new(Hub::default());
+        if let Some(url) = &config.relay {
+            crate::relay::start(url, hub.clone()).context("relaying notices through redis")?;
+        }
         let plugin = runtime.load_plugin(&spec.plugin)?;
         let context = TenantContext {
             name: spec.name,
             plugin_config: spec.plugin_config,
             policy: spec.policy,
             limits: spec.limits,
-            events: Arc::new(Hub::default()),
+            events: hub.clone(),
             stats: Default::default(),
         };
         let tenants = Arc::new(Tenants::new([Tenant::new(context, plugin)]));
@@ -178,9 +204,17 @@ impl Runner {
         let drain = Drain::default();
         let settle = Settle::new(runtime.clone(), tenant, config.options, drain.clone());
         let scheduler_stop = CancellationToken::new();
-        let scheduler = tokio::spawn(Scheduler { runtime, tenants }.run(scheduler_stop.clone()));
+        let scheduler = tokio::spawn(
+            Scheduler {
+                runtime,
+                tenants,
+                lease: config.lease,
+            }
+            .run(scheduler_stop.clone()),
+        );
         Ok(Runner {
             settle,
+            store,
             access: config.access,
             drain,
             scheduler_stop,
@@ -202,7 +236,8 @@ impl Runner {
             &self.access,
             responses.clone(),
             streams.clone(),
-        );
+        )
+        .merge(crate::mcp::http::health(self.store.clone()));
         let stopping = CancellationToken::new();
         let signal = tokio::spawn({
             let stopping = stopping.clone();

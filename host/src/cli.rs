@@ -65,8 +65,9 @@ pub struct ServeArgs {
     )]
     pub device_token: Option<String>,
 
-    /// Where tasks and schedules are kept: a redb file path, or `memory` (lost
-    /// on exit; for tests).
+    /// Where tasks and schedules are kept: a redb file path (one runner), a
+    /// redis://HOST:PORT/DB URL (any number of replicas sharing it; run
+    /// Redis with appendonly yes), or `memory` (lost on exit; for tests).
     #[arg(
         long,
         env = "SETTLE_STORE",
@@ -109,6 +110,17 @@ pub struct ServeArgs {
         default_value_t = 15_000
     )]
     pub call_timeout_ms: u64,
+
+    /// How long a replica owns a due task it took, in milliseconds. If it
+    /// dies, another replica takes the task when this runs out. Must exceed
+    /// --call-timeout-ms.
+    #[arg(
+        long,
+        env = "SETTLE_LEASE_MS",
+        value_name = "MS",
+        default_value_t = 30_000
+    )]
+    pub lease_ms: u64,
 
     /// Linear memory limit of one plugin instance, in MiB.
     #[arg(

@@ -79,6 +79,45 @@ struct Follower {
 #[derive(Default)]
 pub struct Hub {
     registry: Mutex<Registry>,
+    /// Where notices go to reach the other replicas, when there are any.
+    outbox: std::sync::OnceLock<mpsc::UnboundedSender<Notice>>,
+}
+
+/// A notice as it travels between replicas sharing a store.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Notice {
+    /// Whose notice it is.
+    pub tenant: String,
+    /// What happened.
+    pub event: NoticeEvent,
+}
+
+/// [`Event`], in a form that crosses process boundaries.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum NoticeEvent {
+    /// A task changed.
+    Task {
+        /// The task's id.
+        task_id: String,
+        /// Whether it has ended.
+        terminal: bool,
+        /// Its detailed view.
+        detailed: String,
+        /// Its tool-result view.
+        tool_result: String,
+    },
+    /// A resource changed.
+    Resource {
+        /// Its URI.
+        uri: String,
+    },
+    /// The tool list changed.
+    ToolsList,
+    /// The prompt list changed.
+    PromptsList,
+    /// The resource list changed.
+    ResourcesList,
 }
 
 impl Hub {
@@ -121,8 +160,35 @@ impl Hub {
         }
     }
 
+    /// Sends every notice published here to the other replicas too.
+    pub fn relay_to(&self, outbox: mpsc::UnboundedSender<Notice>) {
+        let _ = self.outbox.set(outbox);
+    }
+
+    fn relay(&self, tenant: &str, event: NoticeEvent) {
+        if let Some(outbox) = self.outbox.get() {
+            let _ = outbox.send(Notice {
+                tenant: tenant.to_string(),
+                event,
+            });
+        }
+    }
+
     /// A task of `tenant` changed.
     pub fn publish_task(&self, tenant: &str, view: TaskView) {
+        self.relay(
+            tenant,
+            NoticeEvent::Task {
+                task_id: view.task_id.clone(),
+                terminal: view.terminal,
+                detailed: view.detailed.clone(),
+                tool_result: view.tool_result.clone(),
+            },
+        );
+        self.deliver_task(tenant, view);
+    }
+
+    fn deliver_task(&self, tenant: &str, view: TaskView) {
         let key = (tenant.to_string(), view.task_id.clone());
         let event = Event::Task(Arc::new(view));
         self.deliver(|r| r.by_task.get(&key).cloned().unwrap_or_default(), event);
@@ -130,6 +196,16 @@ impl Hub {
 
     /// A resource of `tenant` changed.
     pub fn publish_resource(&self, tenant: &str, uri: &str) {
+        self.relay(
+            tenant,
+            NoticeEvent::Resource {
+                uri: uri.to_string(),
+            },
+        );
+        self.deliver_resource(tenant, uri);
+    }
+
+    fn deliver_resource(&self, tenant: &str, uri: &str) {
         let key = (tenant.to_string(), uri.to_string());
         let event = Event::ResourceUpdated(uri.to_string());
         self.deliver(
@@ -138,8 +214,51 @@ impl Hub {
         );
     }
 
+    /// A notice another replica published: delivered to followers here,
+    /// not relayed again.
+    pub fn deliver_remote(&self, notice: Notice) {
+        let tenant = notice.tenant.as_str();
+        match notice.event {
+            NoticeEvent::Task {
+                task_id,
+                terminal,
+                detailed,
+                tool_result,
+            } => self.deliver_task(
+                tenant,
+                TaskView {
+                    task_id,
+                    terminal,
+                    detailed,
+                    tool_result,
+                },
+            ),
+            NoticeEvent::Resource { uri } => self.deliver_resource(tenant, &uri),
+            NoticeEvent::ToolsList => self.deliver_list_changed(tenant, Event::ToolsListChanged),
+            NoticeEvent::PromptsList => {
+                self.deliver_list_changed(tenant, Event::PromptsListChanged)
+            }
+            NoticeEvent::ResourcesList => {
+                self.deliver_list_changed(tenant, Event::ResourcesListChanged)
+            }
+        }
+    }
+
     /// A list of `tenant` changed; `event` says which.
     pub fn publish_list_changed(&self, tenant: &str, event: Event) {
+        let notice = match event {
+            Event::ToolsListChanged => Some(NoticeEvent::ToolsList),
+            Event::PromptsListChanged => Some(NoticeEvent::PromptsList),
+            Event::ResourcesListChanged => Some(NoticeEvent::ResourcesList),
+            _ => None,
+        };
+        if let Some(notice) = notice {
+            self.relay(tenant, notice);
+        }
+        self.deliver_list_changed(tenant, event);
+    }
+
+    fn deliver_list_changed(&self, tenant: &str, event: Event) {
         let wants = |i: &Interest| match event {
             Event::ToolsListChanged => i.tools_list,
             Event::PromptsListChanged => i.prompts_list,

@@ -12,7 +12,8 @@
 //! - [`policy`]: the outbound allow-list (pure data).
 //! - [`store`]: durable state: plugin data and due times (memory, redb).
 //! - [`scheduler`]: wakes due tasks and calls the plugin's `advance`.
-//! - [`events`]: task change notices for callers waiting inline.
+//! - [`events`]: change notices for callers waiting inline and listeners.
+//! - [`relay`]: carrying those notices between replicas (Redis pub/sub).
 //! - [`tenant`]: tenants, their settings and limits.
 //! - [`drain`]: counting calls in flight for an orderly shutdown.
 
@@ -27,6 +28,7 @@ pub mod drain;
 pub mod events;
 pub mod mcp;
 pub mod policy;
+pub mod relay;
 pub mod runtime;
 pub mod scheduler;
 pub mod state;

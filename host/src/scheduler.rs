@@ -15,10 +15,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-/// How long a claimed task belongs to this scheduler before another claim may
-/// take it again. Longer than any call deadline.
-pub const LEASE: Duration = Duration::from_secs(30);
-
 /// The most tasks taken from the store per claim.
 const CLAIM_BATCH: usize = 10_000;
 
@@ -46,6 +42,9 @@ pub struct Scheduler {
     pub runtime: Arc<Runtime>,
     /// Whose plugin advances a due task, by namespace.
     pub tenants: Arc<Tenants>,
+    /// How long a claimed task belongs to this scheduler before another
+    /// claim may take it again; longer than any call's deadline.
+    pub lease: Duration,
 }
 
 impl Scheduler {
@@ -74,7 +73,7 @@ impl Scheduler {
                 }
             }
             let due = match store
-                .claim_due(now, LEASE.as_millis() as u64, CLAIM_BATCH)
+                .claim_due(now, self.lease.as_millis() as u64, CLAIM_BATCH)
                 .await
             {
                 Ok(due) => due,

@@ -241,7 +241,7 @@ pub fn send_and_record(ctx: &Context, record: &TaskRecord) -> Result<TaskRecord,
         .tasks
         .update(&record.id, now, |t| match &sent {
             Ok(accepted) => t.mark_sent(now, accepted.request_id.clone()),
-            Err(DriverError::Unreachable(why)) => t.mark_sent_unconfirmed(now, why),
+            Err(DriverError::Unreachable(why)) => t.retry_send_later(now, why),
             Err(e) => t.mark_not_sent(now, &e.to_string()),
         })
         .map_err(Failure::Internal)?
@@ -293,10 +293,23 @@ fn validate(
     }
 }
 
+/// How old a remembered reading may be to stand in for a command's probe:
+/// well under any device's actuation time, so it is still the state the
+/// command starts from.
+const PROBE_MAX_AGE_MS: u64 = 1_000;
+
 /// Reads the device before commanding it: the reading is the baseline that
 /// tells "never moved" from "moved elsewhere", and it shows which fields can
 /// be read back at all.
 fn probe(ctx: &Context, device_id: &str) -> Result<(Option<Reading>, Readability), Failure> {
+    let fresh = ctx
+        .tasks
+        .recent_reading(device_id, host::now_ms(), PROBE_MAX_AGE_MS)
+        .map_err(Failure::Internal)?;
+    if let Some(reading) = fresh {
+        let fields = reading.values.keys().copied().collect();
+        return Ok((Some(reading), Readability::Known(fields)));
+    }
     match ctx.driver.read(device_id) {
         Ok(reading) => {
             let fields = reading.values.keys().copied().collect();
@@ -322,13 +335,17 @@ fn probe(ctx: &Context, device_id: &str) -> Result<(Option<Reading>, Readability
     }
 }
 
-/// Ends earlier unfinished tasks on the same fields of the same device: they
-/// would wait for a value that is no longer coming.
+/// Ends earlier unfinished tasks that wait for another value of the same
+/// field of the same device: that value is no longer coming.
 fn supersede_earlier(ctx: &Context, record: &TaskRecord, now: u64) -> Result<(), Failure> {
-    let fields: Vec<Field> = record.fields.iter().map(|f| f.field).collect();
+    let command: Vec<(Field, Value)> = record
+        .fields
+        .iter()
+        .map(|f| (f.field, f.sent.clone()))
+        .collect();
     let earlier = ctx
         .tasks
-        .claim_fields(&record.device_id, &fields, &record.id)
+        .claim_fields(&record.device_id, &command, &record.id)
         .map_err(Failure::Internal)?;
     for old in earlier {
         ctx.tasks

@@ -9,6 +9,7 @@
 use super::handler::Settle;
 use super::{frame, listen};
 use crate::drain::Drain;
+use crate::store::Store;
 use axum::Router;
 use axum::body::{Body, to_bytes};
 use axum::extract::Request;
@@ -76,6 +77,37 @@ pub fn router(
             check_frame(responses.clone(), request, next)
         }))
 }
+
+/// `/healthz` (the process answers) and `/readyz` (the store answers and
+/// the plugin is loaded, which it is once the runner started), for load
+/// balancers and orchestrators.
+pub fn health(store: Store) -> Router {
+    Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let store = store.clone();
+                async move {
+                    match tokio::time::timeout(READY_TIMEOUT, store.ping()).await {
+                        Ok(Ok(())) => (StatusCode::OK, "ready\n".to_string()),
+                        Ok(Err(e)) => {
+                            (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n"))
+                        }
+                        Err(_) => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!(
+                                "not ready: the store did not answer within {READY_TIMEOUT:?}\n"
+                            ),
+                        ),
+                    }
+                }
+            }),
+        )
+}
+
+/// How long `/readyz` waits for the store.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Methods whose response stream stays open for as long as the client
 /// wants; shutdown ends them rather than waiting for them.

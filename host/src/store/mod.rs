@@ -7,9 +7,11 @@
 
 mod memory;
 mod redb_file;
+mod redis_server;
 
 use memory::MemoryStore;
 use redb_file::RedbStore;
+use redis_server::RedisStore;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -64,9 +66,11 @@ enum Backend {
     Memory(Arc<MemoryStore>),
     /// One redb file: the default, durable, no server to run.
     Redb(Arc<RedbStore>),
+    /// A Redis server shared by several runner replicas.
+    Redis(Arc<RedisStore>),
 }
 
-use Backend::{Memory, Redb};
+use Backend::{Memory, Redb, Redis};
 
 /// The full key of `key` in `namespace`. Namespaces are tenant names, which
 /// never contain `/`, so no key of one namespace can spell a key of another.
@@ -94,13 +98,28 @@ impl Store {
         Ok(Store(Redb(Arc::new(RedbStore::open(path)?))))
     }
 
-    /// Chooses a backend from a `--store` value: `memory`, or a file path.
+    /// Connects to Redis (`redis://host:port/db`); the connection is made
+    /// on first use and remade after failures.
+    pub fn open_redis(url: &str) -> StoreResult<Store> {
+        Ok(Store(Redis(Arc::new(RedisStore::open(url)?))))
+    }
+
+    /// Chooses a backend from a `--store` value: `memory`, a `redis://` URL,
+    /// or a file path.
     pub fn open(spec: &str) -> StoreResult<Store> {
         if spec == "memory" {
             Ok(Store::memory())
+        } else if spec.starts_with("redis://") || spec.starts_with("rediss://") {
+            Store::open_redis(spec)
         } else {
             Store::open_file(Path::new(spec))
         }
+    }
+
+    /// Whether several runners can share this store (so leases and cross-
+    /// replica notices matter).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.0, Redis(_))
     }
 
     /// The value of `key` in namespace `ns`.
@@ -108,6 +127,7 @@ impl Store {
         match &self.0 {
             Memory(m) => Ok(m.get(&full_key(ns, key))),
             Redb(r) => r.get(full_key(ns, key)).await,
+            Redis(r) => r.get(&full_key(ns, key)).await,
         }
     }
 
@@ -117,6 +137,7 @@ impl Store {
         match &self.0 {
             Memory(m) => Ok(keys.iter().map(|k| m.get(k)).collect()),
             Redb(r) => r.get_many(keys).await,
+            Redis(r) => r.get_many(&keys).await,
         }
     }
 
@@ -128,6 +149,7 @@ impl Store {
                 Ok(())
             }
             Redb(r) => r.set(full_key(ns, key), value).await,
+            Redis(r) => r.set(&full_key(ns, key), value).await,
         }
     }
 
@@ -139,6 +161,7 @@ impl Store {
                 Ok(())
             }
             Redb(r) => r.delete(full_key(ns, key)).await,
+            Redis(r) => r.delete(&full_key(ns, key)).await,
         }
     }
 
@@ -158,6 +181,10 @@ impl Store {
             Memory(m) => m.keys_after(&prefix, &start, cursor.is_some(), LIST_PAGE + 1),
             Redb(r) => {
                 r.keys_after(prefix.clone(), start, cursor.is_some(), LIST_PAGE + 1)
+                    .await?
+            }
+            Redis(r) => {
+                r.keys_after(&prefix, &start, cursor.is_some(), LIST_PAGE + 1)
                     .await?
             }
         };
@@ -186,6 +213,7 @@ impl Store {
         match &self.0 {
             Memory(m) => Ok(m.compare_and_swap(full_key(ns, key), expected.as_deref(), new)),
             Redb(r) => r.compare_and_swap(full_key(ns, key), expected, new).await,
+            Redis(r) => r.compare_and_swap(&full_key(ns, key), expected, new).await,
         }
     }
 
@@ -194,6 +222,7 @@ impl Store {
         match &self.0 {
             Memory(m) => m.increment(full_key(ns, key), delta),
             Redb(r) => r.increment(full_key(ns, key), delta).await,
+            Redis(r) => r.increment(&full_key(ns, key), delta).await,
         }
     }
 
@@ -205,6 +234,7 @@ impl Store {
                 Ok(())
             }
             Redb(r) => r.schedule(ns.to_string(), wakes.to_vec()).await,
+            Redis(r) => r.schedule(ns, wakes).await,
         }
     }
 
@@ -216,6 +246,7 @@ impl Store {
                 Ok(())
             }
             Redb(r) => r.unschedule(ns.to_string(), task_ids.to_vec()).await,
+            Redis(r) => r.unschedule(ns, task_ids).await,
         }
     }
 
@@ -231,6 +262,7 @@ impl Store {
         match &self.0 {
             Memory(m) => Ok(m.claim_due(now_ms, lease_ms, limit)),
             Redb(r) => r.claim_due(now_ms, lease_ms, limit).await,
+            Redis(r) => r.claim_due(now_ms, lease_ms, limit).await,
         }
     }
 
@@ -239,12 +271,16 @@ impl Store {
         match &self.0 {
             Memory(m) => Ok(m.next_due_ms()),
             Redb(r) => r.next_due_ms().await,
+            Redis(r) => r.next_due_ms().await,
         }
     }
 
     /// A cheap round trip, for readiness checks.
     pub async fn ping(&self) -> StoreResult<()> {
-        self.next_due_ms().await.map(|_| ())
+        match &self.0 {
+            Redis(r) => r.ping().await,
+            _ => self.next_due_ms().await.map(|_| ()),
+        }
     }
 }
 

@@ -1,14 +1,19 @@
 //! The embedded backend: one redb file, durable on every commit.
 //!
-//! redb is synchronous, so each operation runs on tokio's blocking pool.
-//! Every write is one transaction, committed (fsynced) before the call
-//! returns: an acknowledged write survives `kill -9`.
+//! Writes go through one writer thread that commits them in groups: every
+//! write waiting when a transaction starts joins it, and all of them are
+//! acknowledged after the one commit (fsync). An acknowledged write survives
+//! `kill -9`, and many concurrent writers share the cost of a commit instead
+//! of queueing behind one commit each. Reads run on tokio's blocking pool
+//! against a snapshot.
 
 use super::memory::parse_counter;
 use super::{Due, StoreError, StoreResult, Wake, split_task_ref, task_ref};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::mpsc;
+use tokio::sync::oneshot;
 
 /// Plugin data: full key → value.
 const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
@@ -17,8 +22,57 @@ const DUE: TableDefinition<(u64, &str), &str> = TableDefinition::new("due");
 /// The schedule by task: task ref → (due ms, group).
 const DUE_BY_TASK: TableDefinition<&str, (u64, &str)> = TableDefinition::new("due_by_task");
 
+/// The most writes one transaction takes: bounds the latency one commit adds
+/// to the first writer in it.
+const MAX_GROUP: usize = 4096;
+
+/// redb's page cache. The file can be far larger; this bounds the memory
+/// the store holds (it counts in the runner's RSS).
+const CACHE_BYTES: usize = 256 << 20;
+
 pub struct RedbStore {
     db: Arc<Database>,
+    /// `None` only while dropping.
+    writes: Option<mpsc::Sender<Job>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for RedbStore {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer after its last commit; waiting
+        // for it releases the file, so it can be opened again at once.
+        self.writes.take();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+/// One write and where its outcome goes.
+struct Job {
+    op: WriteOp,
+    reply: oneshot::Sender<StoreResult<Outcome>>,
+}
+
+enum WriteOp {
+    Set(String, Vec<u8>),
+    Delete(String),
+    Cas(String, Option<Vec<u8>>, Vec<u8>),
+    Increment(String, i64),
+    Schedule(String, Vec<Wake>),
+    Unschedule(String, Vec<String>),
+    Claim {
+        now_ms: u64,
+        lease_ms: u64,
+        limit: usize,
+    },
+}
+
+enum Outcome {
+    Done,
+    Swapped(bool),
+    Counter(i64),
+    Claimed(Vec<Due>),
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -27,7 +81,9 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
 
 impl RedbStore {
     pub fn open(path: &Path) -> StoreResult<RedbStore> {
-        let db = Database::create(path)
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
             .map_err(|e| StoreError::Unavailable(format!("opening {}: {e}", path.display())))?;
         // Create the tables up front so that readers never meet a missing one.
         let txn = db.begin_write().map_err(unavailable)?;
@@ -35,11 +91,35 @@ impl RedbStore {
         txn.open_table(DUE).map_err(unavailable)?;
         txn.open_table(DUE_BY_TASK).map_err(unavailable)?;
         txn.commit().map_err(unavailable)?;
-        Ok(RedbStore { db: Arc::new(db) })
+        let db = Arc::new(db);
+        let (writes, jobs) = mpsc::channel();
+        let for_writer = db.clone();
+        let writer = std::thread::Builder::new()
+            .name("settle-store-writer".into())
+            .spawn(move || write_loop(&for_writer, &jobs))
+            .map_err(unavailable)?;
+        Ok(RedbStore {
+            db,
+            writes: Some(writes),
+            writer: Some(writer),
+        })
     }
 
-    /// Runs `f` on the blocking pool.
-    async fn blocking<T: Send + 'static>(
+    /// Hands a write to the writer and waits for its commit.
+    async fn write(&self, op: WriteOp) -> StoreResult<Outcome> {
+        let (reply, outcome) = oneshot::channel();
+        self.writes
+            .as_ref()
+            .ok_or_else(|| StoreError::Unavailable("the store is closing".into()))?
+            .send(Job { op, reply })
+            .map_err(|_| StoreError::Unavailable("the store writer stopped".into()))?;
+        outcome
+            .await
+            .map_err(|_| StoreError::Unavailable("the store writer stopped".into()))?
+    }
+
+    /// Runs a read on the blocking pool.
+    async fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Database) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
@@ -50,7 +130,7 @@ impl RedbStore {
     }
 
     pub async fn get(&self, key: String) -> StoreResult<Option<Vec<u8>>> {
-        self.blocking(move |db| {
+        self.read(move |db| {
             let txn = db.begin_read().map_err(unavailable)?;
             let table = txn.open_table(KV).map_err(unavailable)?;
             Ok(table
@@ -62,7 +142,7 @@ impl RedbStore {
     }
 
     pub async fn get_many(&self, keys: Vec<String>) -> StoreResult<Vec<Option<Vec<u8>>>> {
-        self.blocking(move |db| {
+        self.read(move |db| {
             let txn = db.begin_read().map_err(unavailable)?;
             let table = txn.open_table(KV).map_err(unavailable)?;
             keys.iter()
@@ -77,40 +157,6 @@ impl RedbStore {
         .await
     }
 
-    /// Runs `f` in one write transaction and commits it.
-    async fn write<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&redb::WriteTransaction) -> StoreResult<T> + Send + 'static,
-    ) -> StoreResult<T> {
-        self.blocking(move |db| {
-            let txn = db.begin_write().map_err(unavailable)?;
-            let out = f(&txn)?;
-            txn.commit().map_err(unavailable)?;
-            Ok(out)
-        })
-        .await
-    }
-
-    pub async fn set(&self, key: String, value: Vec<u8>) -> StoreResult<()> {
-        self.write(move |txn| {
-            let mut table = txn.open_table(KV).map_err(unavailable)?;
-            table
-                .insert(key.as_str(), value.as_slice())
-                .map_err(unavailable)?;
-            Ok(())
-        })
-        .await
-    }
-
-    pub async fn delete(&self, key: String) -> StoreResult<()> {
-        self.write(move |txn| {
-            let mut table = txn.open_table(KV).map_err(unavailable)?;
-            table.remove(key.as_str()).map_err(unavailable)?;
-            Ok(())
-        })
-        .await
-    }
-
     pub async fn keys_after(
         &self,
         prefix: String,
@@ -118,7 +164,7 @@ impl RedbStore {
         exclusive: bool,
         limit: usize,
     ) -> StoreResult<Vec<String>> {
-        self.blocking(move |db| {
+        self.read(move |db| {
             let txn = db.begin_read().map_err(unavailable)?;
             let table = txn.open_table(KV).map_err(unavailable)?;
             let mut keys = Vec::new();
@@ -138,53 +184,160 @@ impl RedbStore {
         .await
     }
 
+    pub async fn next_due_ms(&self) -> StoreResult<Option<u64>> {
+        self.read(move |db| {
+            let txn = db.begin_read().map_err(unavailable)?;
+            let table = txn.open_table(DUE).map_err(unavailable)?;
+            Ok(table
+                .first()
+                .map_err(unavailable)?
+                .map(|(k, _)| k.value().0))
+        })
+        .await
+    }
+
+    pub async fn set(&self, key: String, value: Vec<u8>) -> StoreResult<()> {
+        self.write(WriteOp::Set(key, value)).await.map(|_| ())
+    }
+
+    pub async fn delete(&self, key: String) -> StoreResult<()> {
+        self.write(WriteOp::Delete(key)).await.map(|_| ())
+    }
+
     pub async fn compare_and_swap(
         &self,
         key: String,
         expected: Option<Vec<u8>>,
         new: Vec<u8>,
     ) -> StoreResult<bool> {
-        self.write(move |txn| {
+        match self.write(WriteOp::Cas(key, expected, new)).await? {
+            Outcome::Swapped(swapped) => Ok(swapped),
+            _ => unreachable!("a CAS answers with Swapped"),
+        }
+    }
+
+    pub async fn increment(&self, key: String, delta: i64) -> StoreResult<i64> {
+        match self.write(WriteOp::Increment(key, delta)).await? {
+            Outcome::Counter(value) => Ok(value),
+            _ => unreachable!("an increment answers with Counter"),
+        }
+    }
+
+    pub async fn schedule(&self, ns: String, wakes: Vec<Wake>) -> StoreResult<()> {
+        self.write(WriteOp::Schedule(ns, wakes)).await.map(|_| ())
+    }
+
+    pub async fn unschedule(&self, ns: String, task_ids: Vec<String>) -> StoreResult<()> {
+        self.write(WriteOp::Unschedule(ns, task_ids))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn claim_due(
+        &self,
+        now_ms: u64,
+        lease_ms: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<Due>> {
+        match self
+            .write(WriteOp::Claim {
+                now_ms,
+                lease_ms,
+                limit,
+            })
+            .await?
+        {
+            Outcome::Claimed(due) => Ok(due),
+            _ => unreachable!("a claim answers with Claimed"),
+        }
+    }
+}
+
+/// The writer thread: takes every job waiting, applies them in one
+/// transaction in arrival order, commits once, then answers each. Ends when
+/// the store is dropped.
+fn write_loop(db: &Database, jobs: &mpsc::Receiver<Job>) {
+    while let Ok(first) = jobs.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match jobs.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        let txn = match db.begin_write() {
+            Ok(txn) => txn,
+            Err(e) => {
+                answer_all(group, &unavailable(e));
+                continue;
+            }
+        };
+        let outcomes: Vec<StoreResult<Outcome>> =
+            group.iter().map(|job| apply(&txn, &job.op)).collect();
+        match txn.commit() {
+            Ok(()) => {
+                for (job, outcome) in group.into_iter().zip(outcomes) {
+                    let _ = job.reply.send(outcome);
+                }
+            }
+            Err(e) => answer_all(group, &unavailable(e)),
+        }
+    }
+}
+
+fn answer_all(group: Vec<Job>, error: &StoreError) {
+    for job in group {
+        let _ = job.reply.send(Err(error.clone()));
+    }
+}
+
+fn apply(txn: &WriteTransaction, op: &WriteOp) -> StoreResult<Outcome> {
+    match op {
+        WriteOp::Set(key, value) => {
+            let mut table = txn.open_table(KV).map_err(unavailable)?;
+            table
+                .insert(key.as_str(), value.as_slice())
+                .map_err(unavailable)?;
+            Ok(Outcome::Done)
+        }
+        WriteOp::Delete(key) => {
+            let mut table = txn.open_table(KV).map_err(unavailable)?;
+            table.remove(key.as_str()).map_err(unavailable)?;
+            Ok(Outcome::Done)
+        }
+        WriteOp::Cas(key, expected, new) => {
             let mut table = txn.open_table(KV).map_err(unavailable)?;
             let current = table
                 .get(key.as_str())
                 .map_err(unavailable)?
                 .map(|v| v.value().to_vec());
-            if current != expected {
-                return Ok(false);
+            if current != *expected {
+                return Ok(Outcome::Swapped(false));
             }
             table
                 .insert(key.as_str(), new.as_slice())
                 .map_err(unavailable)?;
-            Ok(true)
-        })
-        .await
-    }
-
-    pub async fn increment(&self, key: String, delta: i64) -> StoreResult<i64> {
-        self.write(move |txn| {
+            Ok(Outcome::Swapped(true))
+        }
+        WriteOp::Increment(key, delta) => {
             let mut table = txn.open_table(KV).map_err(unavailable)?;
             let current = match table.get(key.as_str()).map_err(unavailable)? {
                 None => 0,
-                Some(v) => parse_counter(&key, v.value())?,
+                Some(v) => parse_counter(key, v.value())?,
             };
             let next = current
-                .checked_add(delta)
+                .checked_add(*delta)
                 .ok_or_else(|| StoreError::Corrupt(format!("{key}: counter overflow")))?;
             table
                 .insert(key.as_str(), next.to_string().as_bytes())
                 .map_err(unavailable)?;
-            Ok(next)
-        })
-        .await
-    }
-
-    pub async fn schedule(&self, ns: String, wakes: Vec<Wake>) -> StoreResult<()> {
-        self.write(move |txn| {
+            Ok(Outcome::Counter(next))
+        }
+        WriteOp::Schedule(ns, wakes) => {
             let mut due = txn.open_table(DUE).map_err(unavailable)?;
             let mut by_task = txn.open_table(DUE_BY_TASK).map_err(unavailable)?;
-            for wake in &wakes {
-                let r = task_ref(&ns, &wake.task_id);
+            for wake in wakes {
+                let r = task_ref(ns, &wake.task_id);
                 let old = by_task
                     .insert(r.as_str(), (wake.at_ms, wake.group.as_str()))
                     .map_err(unavailable)?
@@ -195,17 +348,13 @@ impl RedbStore {
                 due.insert((wake.at_ms, r.as_str()), wake.group.as_str())
                     .map_err(unavailable)?;
             }
-            Ok(())
-        })
-        .await
-    }
-
-    pub async fn unschedule(&self, ns: String, task_ids: Vec<String>) -> StoreResult<()> {
-        self.write(move |txn| {
+            Ok(Outcome::Done)
+        }
+        WriteOp::Unschedule(ns, task_ids) => {
             let mut due = txn.open_table(DUE).map_err(unavailable)?;
             let mut by_task = txn.open_table(DUE_BY_TASK).map_err(unavailable)?;
-            for id in &task_ids {
-                let r = task_ref(&ns, id);
+            for id in task_ids {
+                let r = task_ref(ns, id);
                 let old = by_task
                     .remove(r.as_str())
                     .map_err(unavailable)?
@@ -214,33 +363,28 @@ impl RedbStore {
                     due.remove((at, r.as_str())).map_err(unavailable)?;
                 }
             }
-            Ok(())
-        })
-        .await
-    }
-
-    pub async fn claim_due(
-        &self,
-        now_ms: u64,
-        lease_ms: u64,
-        limit: usize,
-    ) -> StoreResult<Vec<Due>> {
-        self.write(move |txn| {
+            Ok(Outcome::Done)
+        }
+        WriteOp::Claim {
+            now_ms,
+            lease_ms,
+            limit,
+        } => {
             let mut due = txn.open_table(DUE).map_err(unavailable)?;
             let mut by_task = txn.open_table(DUE_BY_TASK).map_err(unavailable)?;
             let mut claimed: Vec<(u64, String, String)> = Vec::new();
             for entry in due
-                .range((0u64, "")..=(now_ms, "\u{10FFFF}"))
+                .range((0u64, "")..=(*now_ms, "\u{10FFFF}"))
                 .map_err(unavailable)?
             {
                 let (k, v) = entry.map_err(unavailable)?;
                 let (at, r) = k.value();
                 claimed.push((at, r.to_string(), v.value().to_string()));
-                if claimed.len() == limit {
+                if claimed.len() == *limit {
                     break;
                 }
             }
-            let lease_until = now_ms.saturating_add(lease_ms);
+            let lease_until = now_ms.saturating_add(*lease_ms);
             let mut out = Vec::with_capacity(claimed.len());
             for (at, r, group) in claimed {
                 due.remove((at, r.as_str())).map_err(unavailable)?;
@@ -257,20 +401,7 @@ impl RedbStore {
                     });
                 }
             }
-            Ok(out)
-        })
-        .await
-    }
-
-    pub async fn next_due_ms(&self) -> StoreResult<Option<u64>> {
-        self.blocking(move |db| {
-            let txn = db.begin_read().map_err(unavailable)?;
-            let table = txn.open_table(DUE).map_err(unavailable)?;
-            Ok(table
-                .first()
-                .map_err(unavailable)?
-                .map(|(k, _)| k.value().0))
-        })
-        .await
+            Ok(Outcome::Claimed(out))
+        }
     }
 }

@@ -74,14 +74,10 @@ impl Server {
 /// `settle serve` arguments, checked as the binary would.
 pub fn config(extra: &[&str]) -> RunnerConfig {
     let plugin = plugin_path();
-    let mut argv = vec![
-        "settle",
-        "serve",
-        "--plugin",
-        plugin.to_str().unwrap(),
-        "--store",
-        "memory",
-    ];
+    let mut argv = vec!["settle", "serve", "--plugin", plugin.to_str().unwrap()];
+    if !extra.contains(&"--store") {
+        argv.extend(["--store", "memory"]);
+    }
     argv.extend_from_slice(extra);
     let Cli {
         command: Command::Serve(args),
@@ -365,6 +361,89 @@ impl Listen {
                 _ if !self.buffer.trim().is_empty() => self.buffer.push('\n'),
                 _ => return None,
             }
+        }
+    }
+}
+
+/// A real redis-server for one test, on a free loopback port, persisting to
+/// a temporary directory with an append-only file (fsync on every write).
+pub struct Redis {
+    child: Option<std::process::Child>,
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut redis = Redis {
+            child: None,
+            port,
+            dir,
+        };
+        redis.spawn();
+        redis
+    }
+
+    fn spawn(&mut self) {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--appendonly", "yes", "--appendfsync", "always", "--save", ""])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server runs (`make test` installs it; on its own: apt-get install redis-server)");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let started = Instant::now();
+        loop {
+            let line = lines.next().and_then(Result::ok).unwrap_or_default();
+            if line.contains("Ready to accept connections") {
+                break;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "redis-server did not start: {line}"
+            );
+        }
+        // Keep draining its output so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        self.child = Some(child);
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Stops it (a clean shutdown that keeps the append-only file).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops and starts it again on the same port and data.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 }

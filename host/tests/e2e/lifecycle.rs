@@ -108,3 +108,74 @@ async fn sigterm_lets_the_call_in_flight_finish_then_exits_cleanly() {
     );
     assert!(process.log().contains("finishing calls in flight"));
 }
+
+#[tokio::test]
+async fn a_command_in_flight_when_the_runner_dies_is_sent_again_after_a_restart() {
+    let sim = sim(Duration::from_millis(300)).await;
+    // The control endpoint answers slowly, so the runner dies while it waits:
+    // the API never takes that first request.
+    sim.sim()
+        .set_fault("ac-living", device_sim::Fault::Latency { ms: 3_000 })
+        .unwrap();
+    let api = sim.base_url();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("settle.redb");
+    let store = store.to_str().unwrap();
+    let argv = [
+        "--device-api",
+        api.as_str(),
+        "--store",
+        store,
+        "--inline-wait-ms",
+        "0",
+        "--plugin-config",
+        "poll_interval_ms=200,settle_window_ms=10000,http_timeout_ms=5000",
+    ];
+    let mut first = Process::start(&argv).await;
+    let url = first.url.clone();
+    let caller = tokio::spawn(async move {
+        let client = modern_http_client(&url, Declares::default()).await;
+        // This call dies with the runner; its task is already stored.
+        let _ = client
+            .call_tool_once(
+                rmcp::model::CallToolRequestParams::new("set_temperature")
+                    .with_arguments(args(json!({"device_id": "ac-living", "temperature": 20}))),
+            )
+            .await;
+    });
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while sim_counts(&sim, "ac-living").0 == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never left"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.signal("KILL");
+    first.exited().await;
+    caller.abort();
+    sim.sim().clear_faults("ac-living").unwrap();
+
+    let second = Process::start(&argv).await;
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let state = sim.sim().inspect("ac-living").unwrap();
+        let applied =
+            serde_json::to_value(&state).unwrap()["state"]["target_temperature"] == json!(20.0);
+        if applied {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command was dropped; runner log:\n{}",
+            second.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(second.log().contains("re-sending"), "{}", second.log());
+    assert_eq!(
+        sim_counts(&sim, "ac-living").0,
+        2,
+        "sent once before the crash, once after"
+    );
+}

@@ -10,5 +10,6 @@ mod commands;
 mod lifecycle;
 mod mcp_http;
 mod outbound;
+mod replicas;
 mod stdio;
 mod tasks;

@@ -1,0 +1,320 @@
+//! The shared backend: one Redis server, any number of runner replicas.
+//!
+//! Every operation that must be atomic across replicas is one Lua script:
+//! compare-and-swap, and claiming due tasks (which is also the lease: a
+//! claimed task's due time moves to the end of the lease, so no other replica
+//! claims it until then). Durability is Redis's: run it with `appendonly yes`
+//! (and `appendfsync always` where losing the last second after a crash of
+//! Redis itself is not acceptable).
+//!
+//! Keys, all under the `settle:` prefix:
+//! - `settle:kv:{full key}`: plugin values;
+//! - `settle:keys:{namespace}`: a sorted set of the namespace's keys (score
+//!   0, ordered by name) so `list-keys` pages in a stable order;
+//! - `settle:due`: the schedule, task ref → due ms;
+//! - `settle:group`: task ref → group.
+
+use super::{Due, StoreError, StoreResult, Wake, split_task_ref, task_ref};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncCommands, Script};
+use std::time::Duration;
+
+const DUE: &str = "settle:due";
+const GROUP: &str = "settle:group";
+
+fn value_key(full_key: &str) -> String {
+    format!("settle:kv:{full_key}")
+}
+
+fn index_key(full_key: &str) -> String {
+    let namespace = full_key.split('/').next().unwrap_or_default();
+    format!("settle:keys:{namespace}")
+}
+
+/// Writes `new` if the key holds `expected` (or is absent when the flag is
+/// 0), keeping the key index in step.
+const CAS: &str = r#"
+local current = redis.call('GET', KEYS[1])
+local matches
+if ARGV[1] == '0' then matches = (current == false) else matches = (current == ARGV[2]) end
+if not matches then return 0 end
+redis.call('SET', KEYS[1], ARGV[3])
+redis.call('ZADD', KEYS[2], 0, ARGV[4])
+return 1
+"#;
+
+/// Takes due tasks and leases them in one step: no two replicas get the same
+/// task until its lease runs out.
+const CLAIM: &str = r#"
+local refs = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
+for _, ref in ipairs(refs) do
+  redis.call('ZADD', KEYS[1], ARGV[2], ref)
+  local group = redis.call('HGET', KEYS[2], ref)
+  table.insert(out, ref)
+  table.insert(out, group or '')
+end
+return out
+"#;
+
+/// Adds `delta` to a decimal counter; Redis's own INCRBY, which also refuses
+/// a value that is not an integer.
+pub struct RedisStore {
+    connection: ConnectionManager,
+    cas: Script,
+    claim: Script,
+    url: String,
+}
+
+fn unavailable(url: &str, e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(format!("redis at {url}: {e}"))
+}
+
+impl RedisStore {
+    /// Prepares a connection to `url` (`redis://host:port/db`). The
+    /// connection is made on first use and remade after a failure, so a
+    /// runner can start before Redis and survives its restarts.
+    pub fn open(url: &str) -> StoreResult<RedisStore> {
+        let client = redis::Client::open(url)
+            .map_err(|e| StoreError::Unavailable(format!("--store {url}: {e}")))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(5)))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let connection = client
+            .get_connection_manager_lazy(config)
+            .map_err(|e| unavailable(url, e))?;
+        Ok(RedisStore {
+            connection,
+            cas: Script::new(CAS),
+            claim: Script::new(CLAIM),
+            url: redacted(url),
+        })
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.connection.clone()
+    }
+
+    fn fail(&self, e: redis::RedisError) -> StoreError {
+        if e.kind() == redis::ErrorKind::Client
+            || e.kind() == redis::ErrorKind::UnexpectedReturnType
+        {
+            return StoreError::Corrupt(format!("redis at {}: {e}", self.url));
+        }
+        unavailable(&self.url, e)
+    }
+
+    pub async fn get(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.conn()
+            .get(value_key(key))
+            .await
+            .map_err(|e| self.fail(e))
+    }
+
+    pub async fn get_many(&self, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = keys.iter().map(|k| value_key(k)).collect();
+        redis::cmd("MGET")
+            .arg(&keys)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(|e| self.fail(e))
+    }
+
+    pub async fn set(&self, key: &str, value: Vec<u8>) -> StoreResult<()> {
+        redis::pipe()
+            .atomic()
+            .set(value_key(key), value)
+            .ignore()
+            .zadd(index_key(key), key, 0)
+            .ignore()
+            .query_async::<()>(&mut self.conn())
+            .await
+            .map_err(|e| self.fail(e))
+    }
+
+    pub async fn delete(&self, key: &str) -> StoreResult<()> {
+        redis::pipe()
+            .atomic()
+            .del(value_key(key))
+            .ignore()
+            .zrem(index_key(key), key)
+            .ignore()
+            .query_async::<()>(&mut self.conn())
+            .await
+            .map_err(|e| self.fail(e))
+    }
+
+    /// Keys of `prefix`'s namespace from `start` on, in name order.
+    pub async fn keys_after(
+        &self,
+        prefix: &str,
+        start: &str,
+        exclusive: bool,
+        limit: usize,
+    ) -> StoreResult<Vec<String>> {
+        let from = if exclusive {
+            format!("({start}")
+        } else {
+            format!("[{start}")
+        };
+        let keys: Vec<String> = redis::cmd("ZRANGEBYLEX")
+            .arg(index_key(prefix))
+            .arg(from)
+            .arg("+")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(keys
+            .into_iter()
+            .take_while(|k| k.starts_with(prefix))
+            .collect())
+    }
+
+    pub async fn compare_and_swap(
+        &self,
+        key: &str,
+        expected: Option<Vec<u8>>,
+        new: Vec<u8>,
+    ) -> StoreResult<bool> {
+        let written: i64 = self
+            .cas
+            .key(value_key(key))
+            .key(index_key(key))
+            .arg(if expected.is_some() { "1" } else { "0" })
+            .arg(expected.unwrap_or_default())
+            .arg(new)
+            .arg(key)
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(written == 1)
+    }
+
+    pub async fn increment(&self, key: &str, delta: i64) -> StoreResult<i64> {
+        let value: i64 = self
+            .conn()
+            .incr(value_key(key), delta)
+            .await
+            .map_err(|e| self.fail(e))?;
+        let _: () = self
+            .conn()
+            .zadd(index_key(key), key, 0)
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(value)
+    }
+
+    pub async fn schedule(&self, ns: &str, wakes: &[Wake]) -> StoreResult<()> {
+        if wakes.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for wake in wakes {
+            let r = task_ref(ns, &wake.task_id);
+            pipe.zadd(DUE, &r, wake.at_ms).ignore();
+            pipe.hset(GROUP, &r, &wake.group).ignore();
+        }
+        pipe.query_async::<()>(&mut self.conn())
+            .await
+            .map_err(|e| self.fail(e))
+    }
+
+    pub async fn unschedule(&self, ns: &str, task_ids: &[String]) -> StoreResult<()> {
+        if task_ids.is_empty() {
+            return Ok(());
+        }
+        let refs: Vec<String> = task_ids.iter().map(|id| task_ref(ns, id)).collect();
+        redis::pipe()
+            .atomic()
+            .zrem(DUE, &refs)
+            .ignore()
+            .hdel(GROUP, &refs)
+            .ignore()
+            .query_async::<()>(&mut self.conn())
+            .await
+            .map_err(|e| self.fail(e))
+    }
+
+    pub async fn claim_due(
+        &self,
+        now_ms: u64,
+        lease_ms: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<Due>> {
+        let flat: Vec<String> = self
+            .claim
+            .key(DUE)
+            .key(GROUP)
+            .arg(now_ms)
+            .arg(now_ms.saturating_add(lease_ms))
+            .arg(limit)
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(flat
+            .chunks(2)
+            .filter_map(|pair| {
+                let (ns, id) = split_task_ref(&pair[0])?;
+                Some(Due {
+                    namespace: ns.to_string(),
+                    task_id: id.to_string(),
+                    group: pair.get(1).cloned().unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+
+    pub async fn next_due_ms(&self) -> StoreResult<Option<u64>> {
+        let first: Vec<(String, f64)> = self
+            .conn()
+            .zrange_withscores(DUE, 0, 0)
+            .await
+            .map_err(|e| self.fail(e))?;
+        Ok(first.first().map(|(_, at)| *at as u64))
+    }
+
+    pub async fn ping(&self) -> StoreResult<()> {
+        redis::cmd("PING")
+            .query_async::<String>(&mut self.conn())
+            .await
+            .map(|_| ())
+            .map_err(|e| self.fail(e))
+    }
+}
+
+/// A Redis URL without its password, for logs and errors.
+fn redacted(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_kept_out_of_messages() {
+        assert_eq!(
+            redacted("redis://:secret@127.0.0.1:6379/0"),
+            "redis://:***@127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redacted("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+    }
+}
