@@ -24,6 +24,49 @@ fn readable_key(device_id: &str) -> String {
     format!("device/{device_id}/readable")
 }
 
+fn waiting_key(device_id: &str) -> String {
+    format!("device/{device_id}/waiting")
+}
+
+/// The scheduler id of a device's tick. Task ids are hex, so no task id
+/// looks like this.
+pub fn device_wake_id(device_id: &str) -> String {
+    format!("device:{device_id}")
+}
+
+/// The device a tick id names.
+pub fn device_of_wake(id: &str) -> Option<&str> {
+    id.strip_prefix("device:")
+}
+
+/// The tasks waiting on one device's reads, and the device's read count.
+///
+/// With many tasks on one device, this is what makes an unchanged device
+/// cheap: a tick reads the sensors once, compares the state, and touches
+/// only this record unless something changed or a task's check is due.
+#[derive(Serialize, Deserialize, Default, Debug, PartialEq)]
+pub struct Waiting {
+    /// Waiting task id → when it must be looked at even if nothing changes,
+    /// and the device's read count when it joined.
+    pub tasks: BTreeMap<String, Waiter>,
+    /// Sensor reads of this device that answered, ever.
+    pub reads: u64,
+    /// Reads in a row that did not answer.
+    #[serde(default)]
+    pub failed_streak: u32,
+    /// A digest of the last reading the tasks were shown.
+    pub last_state: Option<String>,
+    /// When the device's tick is scheduled, as far as this record knows.
+    pub wake_at: Option<u64>,
+}
+
+/// One waiting task.
+#[derive(Serialize, Deserialize, Default, Debug, PartialEq, Clone, Copy)]
+pub struct Waiter {
+    pub check_at: u64,
+    pub base: u64,
+}
+
 /// The value last commanded for each field of a device, and the tasks that
 /// wait for it.
 type Claims = BTreeMap<Field, Claim>;
@@ -161,13 +204,70 @@ impl Tasks {
 
     /// After a change is stored: tell the runner if a client would see a
     /// difference (so a listener gets each visible change once, and no
-    /// repeats for a bare read count), and schedule what comes next (the
-    /// next read, or the removal of an ended task).
+    /// repeats for a bare read count), and schedule the task's own next wake
+    /// if it needs one (a task waiting on its device is woken by the
+    /// device's tick instead).
     pub fn commit(&self, record: &TaskRecord, now_ms: u64, visible: bool) -> Result<(), String> {
         if visible {
             host::task_changed(&view(record));
         }
-        host::schedule(&record.id, &record.device_id, record.next_wake_ms(now_ms))
+        match record.next_wake_ms(now_ms) {
+            Some(at) => host::schedule(&record.id, &record.device_id, at),
+            None => Ok(()),
+        }
+    }
+
+    /// The tasks waiting on a device's reads.
+    pub fn waiting(&self, device_id: &str) -> Result<Waiting, String> {
+        Ok(self
+            .kv
+            .get(&waiting_key(device_id))?
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default())
+    }
+
+    /// Changes a device's waiting set with compare-and-swap; `change` may
+    /// run more than once. Returns what `change` returned last.
+    pub fn update_waiting<T>(
+        &self,
+        device_id: &str,
+        mut change: impl FnMut(&mut Waiting) -> T,
+    ) -> Result<T, String> {
+        self.kv.cas_update(&waiting_key(device_id), |current| {
+            let mut waiting: Waiting = current
+                .and_then(|b| serde_json::from_slice(b).ok())
+                .unwrap_or_default();
+            let out = change(&mut waiting);
+            let bytes = serde_json::to_vec(&waiting).expect("waiting sets serialize");
+            Ok(CasUpdate::Write(bytes, out))
+        })
+    }
+
+    /// Adds a task that was just sent to its device's waiting set, and makes
+    /// sure the device's tick comes by `read_at_ms`.
+    pub fn join_waiting(&self, record: &TaskRecord, now_ms: u64) -> Result<(), String> {
+        let read_at = record.next_read_ms(now_ms);
+        let check_at = record.next_check_ms(now_ms);
+        let reschedule = self.update_waiting(&record.device_id, |waiting| {
+            let base = waiting.reads;
+            waiting
+                .tasks
+                .insert(record.id.clone(), Waiter { check_at, base });
+            match waiting.wake_at {
+                Some(at) if at <= read_at => None,
+                _ => {
+                    waiting.wake_at = Some(read_at);
+                    Some(read_at)
+                }
+            }
+        })?;
+        // The task's own wake (the recovery wake of its send) is no longer
+        // needed: the device's tick looks after it now.
+        host::unschedule(std::slice::from_ref(&record.id))?;
+        if let Some(at) = reschedule {
+            host::schedule(&device_wake_id(&record.device_id), &record.device_id, at)?;
+        }
+        Ok(())
     }
 
     /// Removes an ended task whose time is up.

@@ -463,9 +463,23 @@ impl TaskRecord {
         self.fail(now_ms, FailureReason::Expired, message)
     }
 
-    /// Takes one sensor reading (or the reason there was none) into account.
-    /// Returns whether the record changed.
-    pub fn observe(&mut self, now_ms: u64, reading: Result<&Reading, &str>) -> bool {
+    /// Takes one sensor reading (or the reason there was none) into account;
+    /// `reads` is how many the device answered since this command was sent,
+    /// this one included. Returns whether anything a client could see (or a
+    /// later verdict depends on) changed, so an unchanged device costs no
+    /// write.
+    pub fn observe(&mut self, now_ms: u64, reading: Result<&Reading, &str>, reads: u32) -> bool {
+        if self.is_terminal() {
+            return false;
+        }
+        let mut before = self.clone();
+        before.reads = reads;
+        self.reads = reads;
+        self.take_reading(now_ms, reading);
+        *self != before
+    }
+
+    fn take_reading(&mut self, now_ms: u64, reading: Result<&Reading, &str>) -> bool {
         if self.is_terminal() {
             return false;
         }
@@ -492,7 +506,6 @@ impl TaskRecord {
                 return true;
             }
         };
-        self.reads += 1;
         self.failed_streak = 0;
         for field in &mut self.fields {
             if field.readable {
@@ -611,12 +624,20 @@ impl TaskRecord {
         self.fail(now_ms, reason, message)
     }
 
-    /// When the scheduler should call again: the next read while the task
-    /// waits (never later than its TTL), or the time its record may be
-    /// removed once it has ended.
-    pub fn next_wake_ms(&self, now_ms: u64) -> u64 {
+    /// Whether the task waits on its device's reads: such tasks are woken
+    /// by their device's tick (see `advance`), not one by one.
+    pub fn waits_on_device(&self) -> bool {
+        !self.is_terminal()
+            && self.status == Status::Working
+            && matches!(self.stage, Stage::Sent { .. })
+    }
+
+    /// When the task needs its own wake, if it does: a retry of its send,
+    /// the TTL of a task waiting for a person, or the time an ended task's
+    /// record may be removed. A task waiting on its device has none.
+    pub fn next_wake_ms(&self, now_ms: u64) -> Option<u64> {
         if self.is_terminal() {
-            return self.purge_at_ms();
+            return Some(self.purge_at_ms());
         }
         let next = match self.stage {
             Stage::Sending => self
@@ -625,18 +646,39 @@ impl TaskRecord {
             // Nothing happens until the answer comes; only the TTL remains.
             Stage::AwaitingConfirmation => self.deadline_ms(),
             Stage::Sent { .. } if self.status == Status::InputRequired => self.deadline_ms(),
-            // Reads land on a grid of the poll interval, so every task
-            // waiting on a device is due at the same instant and the
-            // scheduler advances them together with one read.
-            Stage::Sent { .. } => align_up(
-                now_ms.saturating_add(backoff(
-                    self.timing.poll_interval_ms,
-                    self.failed_streak + 1,
-                )),
-                self.timing.poll_interval_ms,
-            ),
+            Stage::Sent { .. } => return None,
         };
-        next.min(self.deadline_ms())
+        Some(next.min(self.deadline_ms()))
+    }
+
+    /// When a task waiting on its device must be looked at even if the
+    /// device shows nothing new: at once while a different value is being
+    /// confirmed or reads fail, else when its settle window closes, and at
+    /// the latest at its TTL.
+    pub fn next_check_ms(&self, now_ms: u64) -> u64 {
+        let Stage::Sent { at_ms: sent_at, .. } = self.stage else {
+            return now_ms;
+        };
+        if self.diverged_streak > 0 || self.failed_streak > 0 {
+            return now_ms;
+        }
+        sent_at
+            .saturating_add(self.timing.settle_window_ms)
+            .min(self.deadline_ms())
+    }
+
+    /// When the device should next be read for this task: the next point
+    /// of the poll grid (backed off while reads fail), so every task waiting
+    /// on a device is due at the same instant and one read serves them all.
+    pub fn next_read_ms(&self, now_ms: u64) -> u64 {
+        align_up(
+            now_ms.saturating_add(backoff(
+                self.timing.poll_interval_ms,
+                self.failed_streak + 1,
+            )),
+            self.timing.poll_interval_ms,
+        )
+        .min(self.deadline_ms())
     }
 
     /// Creation plus TTL: after this an unfinished task fails.
@@ -903,6 +945,13 @@ mod tests {
         }
     }
 
+    /// Observes a reading the way the device tick does: one more read
+    /// answered, or none when the read failed.
+    fn see(task: &mut TaskRecord, now_ms: u64, reading: Result<&Reading, &str>) -> bool {
+        let reads = task.reads + u32::from(reading.is_ok());
+        task.observe(now_ms, reading, reads)
+    }
+
     fn temp(n: f64) -> Reading {
         reading(&[(Field::TargetTemperature, Value::Number(n))], true)
     }
@@ -910,9 +959,9 @@ mod tests {
     #[test]
     fn matching_read_back_completes_with_sent_and_observed() {
         let mut task = temperature_task(24.0, 26.0);
-        assert!(task.observe(2_000, Ok(&temp(26.0))));
+        assert!(see(&mut task, 2_000, Ok(&temp(26.0))));
         assert_eq!(task.status, Status::Working);
-        assert!(task.observe(3_000, Ok(&temp(24.0))));
+        assert!(see(&mut task, 3_000, Ok(&temp(24.0))));
         assert_eq!(task.status, Status::Completed);
         let json = task.to_tool_json();
         assert_eq!(json["result"]["sent"]["target_temperature"], json!(24.0));
@@ -927,12 +976,12 @@ mod tests {
     #[test]
     fn terminal_states_never_change() {
         let mut task = temperature_task(24.0, 26.0);
-        assert!(task.observe(2_000, Ok(&temp(24.0))));
+        assert!(see(&mut task, 2_000, Ok(&temp(24.0))));
         assert_eq!(task.status, Status::Completed);
         let before = task.clone();
         assert!(!task.cancel(3_000));
         assert!(!task.supersede(3_000, "t2"));
-        assert!(!task.observe(4_000, Ok(&temp(20.0))));
+        assert!(!see(&mut task, 4_000, Ok(&temp(20.0))));
         assert!(!task.expire_if_due(10_000_000));
         assert_eq!(task, before);
     }
@@ -941,7 +990,7 @@ mod tests {
     fn offline_device_fails_at_the_first_read() {
         let mut task = temperature_task(24.0, 26.0);
         let offline = reading(&[(Field::TargetTemperature, Value::Number(26.0))], false);
-        assert!(task.observe(2_000, Ok(&offline)));
+        assert!(see(&mut task, 2_000, Ok(&offline)));
         assert_eq!(task.status, Status::Failed);
         assert_eq!(
             task.failure.as_ref().unwrap().reason,
@@ -962,10 +1011,10 @@ mod tests {
     fn unchanged_device_fails_when_the_settle_window_closes() {
         let mut task = temperature_task(24.0, 26.0);
         for t in [2_000, 5_000, 10_000] {
-            assert!(task.observe(t, Ok(&temp(26.0))));
+            see(&mut task, t, Ok(&temp(26.0)));
             assert_eq!(task.status, Status::Working, "at {t}");
         }
-        assert!(task.observe(11_000, Ok(&temp(26.0))));
+        assert!(see(&mut task, 11_000, Ok(&temp(26.0))));
         assert_eq!(task.status, Status::Failed);
         let msg = &task.status_message;
         assert!(msg.starts_with("accepted by the API, not applied"), "{msg}");
@@ -976,9 +1025,9 @@ mod tests {
     #[test]
     fn a_different_value_must_hold_before_it_is_a_verdict() {
         let mut task = temperature_task(30.0, 26.0);
-        assert!(task.observe(2_000, Ok(&temp(28.0))));
+        assert!(see(&mut task, 2_000, Ok(&temp(28.0))));
         assert_eq!(task.status, Status::Working);
-        assert!(task.observe(3_000, Ok(&temp(28.0))));
+        assert!(see(&mut task, 3_000, Ok(&temp(28.0))));
         assert_eq!(task.status, Status::Failed);
         assert_eq!(
             task.failure.as_ref().unwrap().reason,
@@ -996,19 +1045,19 @@ mod tests {
     #[test]
     fn a_value_in_passing_does_not_fail_the_task() {
         let mut task = temperature_task(30.0, 26.0);
-        assert!(task.observe(2_000, Ok(&temp(28.0))));
-        assert!(task.observe(3_000, Ok(&temp(30.0))));
+        assert!(see(&mut task, 2_000, Ok(&temp(28.0))));
+        assert!(see(&mut task, 3_000, Ok(&temp(30.0))));
         assert_eq!(task.status, Status::Completed);
     }
 
     #[test]
     fn unreachable_sensors_are_not_a_verdict() {
         let mut task = temperature_task(24.0, 26.0);
-        assert!(task.observe(2_000, Err("503")));
+        assert!(see(&mut task, 2_000, Err("503")));
         assert_eq!(task.status, Status::Working);
         assert_eq!(task.failed_reads, 1);
         assert_eq!(task.reads, 0);
-        assert!(task.observe(3_000, Ok(&temp(24.0))));
+        assert!(see(&mut task, 3_000, Ok(&temp(24.0))));
         assert_eq!(task.status, Status::Completed);
     }
 
@@ -1033,9 +1082,9 @@ mod tests {
             ],
             true,
         );
-        assert!(task.observe(1_000, Ok(&half)));
+        assert!(see(&mut task, 1_000, Ok(&half)));
         assert_eq!(task.status, Status::Working);
-        assert!(task.observe(10_000, Ok(&half)));
+        assert!(see(&mut task, 10_000, Ok(&half)));
         assert_eq!(task.status, Status::Failed);
         assert!(
             task.status_message.contains("only partly applied"),
@@ -1078,7 +1127,7 @@ mod tests {
         );
         task.mark_sent(0, None);
         let r = reading(&[(Field::FanSpeed, Value::choice("High"))], true);
-        assert!(task.observe(1_000, Ok(&r)));
+        assert!(see(&mut task, 1_000, Ok(&r)));
         assert_eq!(task.status, Status::Failed);
         assert_eq!(
             task.failure.as_ref().unwrap().reason,
@@ -1092,8 +1141,17 @@ mod tests {
     fn past_the_ttl_an_unfinished_task_fails() {
         let mut task = temperature_task(24.0, 26.0);
         assert!(!task.expire_if_due(300_999));
-        assert_eq!(task.next_wake_ms(300_500), 301_000, "wakes at the deadline");
-        assert!(task.observe(301_000, Ok(&temp(24.0))));
+        assert_eq!(
+            task.next_read_ms(300_500),
+            301_000,
+            "reads no later than the deadline"
+        );
+        assert_eq!(
+            task.next_wake_ms(300_500),
+            None,
+            "its device's tick wakes it"
+        );
+        assert!(see(&mut task, 301_000, Ok(&temp(24.0))));
         assert_eq!(task.status, Status::Failed);
         assert_eq!(
             task.failure.as_ref().unwrap().reason,
@@ -1128,7 +1186,7 @@ mod tests {
             TIMING,
             0,
         );
-        assert!(!task.observe(500, Ok(&temp(24.0))));
+        assert!(!see(&mut task, 500, Ok(&temp(24.0))));
         assert_eq!(task.status, Status::Working);
         assert!(task.mark_not_sent(600, "connection refused"));
         assert_eq!(
@@ -1140,9 +1198,9 @@ mod tests {
     #[test]
     fn ended_tasks_are_kept_a_while_after_they_end() {
         let mut task = temperature_task(24.0, 26.0);
-        task.observe(299_000, Ok(&temp(24.0)));
+        see(&mut task, 299_000, Ok(&temp(24.0)));
         assert_eq!(task.purge_at_ms(), 299_000 + KEEP_AFTER_END_MS);
-        assert_eq!(task.next_wake_ms(299_000), task.purge_at_ms());
+        assert_eq!(task.next_wake_ms(299_000), Some(task.purge_at_ms()));
     }
 
     #[test]
@@ -1153,7 +1211,7 @@ mod tests {
         assert!(working.get("result").is_none() && working.get("error").is_none());
         assert_eq!(working["createdAt"], "1970-01-01T00:00:01.000Z");
 
-        task.observe(2_000, Ok(&temp(24.0)));
+        see(&mut task, 2_000, Ok(&temp(24.0)));
         let done = task.to_detailed_json();
         assert_eq!(done["result"]["isError"], false);
         assert_eq!(done["result"]["structuredContent"]["status"], "completed");
@@ -1242,8 +1300,8 @@ mod tests {
     fn a_task_that_can_ask_asks_about_a_different_value() {
         let mut task = temperature_task(30.0, 26.0);
         task.can_ask = true;
-        task.observe(2_000, Ok(&temp(28.0)));
-        task.observe(3_000, Ok(&temp(28.0)));
+        see(&mut task, 2_000, Ok(&temp(28.0)));
+        see(&mut task, 3_000, Ok(&temp(28.0)));
         assert_eq!(task.status, Status::InputRequired);
         let key = task.questions[0].key.clone();
         assert_eq!(key, "accept_different_1");
@@ -1252,7 +1310,7 @@ mod tests {
                 .contains("Accept it, or send the command again?")
         );
         assert!(
-            !task.observe(4_000, Ok(&temp(28.0))),
+            !see(&mut task, 4_000, Ok(&temp(28.0))),
             "reads wait for the answer"
         );
 
@@ -1264,7 +1322,7 @@ mod tests {
         assert_eq!(retry.stage, Stage::Sending);
         assert_eq!(retry.fields[0].baseline, Some(Value::Number(28.0)));
         retry.mark_sent(5_000, None);
-        retry.observe(6_000, Ok(&temp(30.0)));
+        see(&mut retry, 6_000, Ok(&temp(30.0)));
         assert_eq!(retry.status, Status::Completed);
 
         let mut accept = task.clone();
@@ -1299,9 +1357,9 @@ mod tests {
             0,
         );
         assert!(task.retry_send_later(0, "503"));
-        assert_eq!(task.next_wake_ms(0), 1_000);
+        assert_eq!(task.next_wake_ms(0), Some(1_000));
         assert!(task.retry_send_later(1_000, "503"));
-        assert_eq!(task.next_wake_ms(1_000), 3_000, "the wait doubles");
+        assert_eq!(task.next_wake_ms(1_000), Some(3_000), "the wait doubles");
         assert_eq!(task.status, Status::Working);
         assert!(
             task.status_message.contains("attempt 3"),
@@ -1319,17 +1377,37 @@ mod tests {
     #[test]
     fn failed_reads_back_off_and_a_good_read_resets_it() {
         let mut task = temperature_task(24.0, 26.0);
-        task.observe(2_000, Err("503"));
-        task.observe(3_000, Err("503"));
-        assert_eq!(task.next_wake_ms(3_000), 3_000 + 4_000);
-        task.observe(7_000, Ok(&temp(26.0)));
-        assert_eq!(task.next_wake_ms(7_000), 8_000);
+        see(&mut task, 2_000, Err("503"));
+        see(&mut task, 3_000, Err("503"));
+        assert_eq!(task.next_read_ms(3_000), 3_000 + 4_000);
         assert_eq!(
-            task.next_wake_ms(7_350),
+            task.next_check_ms(3_000),
+            3_000,
+            "failing reads are looked at each time"
+        );
+        see(&mut task, 7_000, Ok(&temp(26.0)));
+        assert_eq!(task.next_read_ms(7_000), 8_000);
+        assert_eq!(
+            task.next_read_ms(7_350),
             9_000,
             "reads land on the poll grid"
         );
+        assert_eq!(task.next_check_ms(7_000), 1_000 + TIMING.settle_window_ms);
         assert_eq!(backoff(1_000, 40), MAX_BACKOFF_MS);
+    }
+
+    #[test]
+    fn an_unchanged_reading_changes_nothing_worth_writing() {
+        let mut task = temperature_task(24.0, 26.0);
+        assert!(
+            see(&mut task, 2_000, Ok(&temp(26.0))),
+            "the first read shows what the device reports"
+        );
+        assert!(
+            !see(&mut task, 3_000, Ok(&temp(26.0))),
+            "the same again is no change"
+        );
+        assert_eq!(task.reads, 2, "but the read is counted");
     }
 
     #[test]

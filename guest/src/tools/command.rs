@@ -246,6 +246,11 @@ pub fn send_and_record(ctx: &Context, record: &TaskRecord) -> Result<TaskRecord,
         })
         .map_err(Failure::Internal)?
         .ok_or_else(|| Failure::Internal(format!("task {} vanished while sending", record.id)))?;
+    if stored.waits_on_device() {
+        ctx.tasks
+            .join_waiting(&stored, now)
+            .map_err(Failure::Internal)?;
+    }
     match refused {
         Some(why) => Err(Failure::Tool(format!("{why}; the command was not applied"))),
         None => Ok(stored),
