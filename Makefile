@@ -45,10 +45,6 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# Unit tests of every crate, the guest's pure modules included (native).
-test-unit:
-	$(CARGO) test --workspace --lib --bins
-
 # Redis for the tests of the shared store (the tests start their own
 # servers; this only makes sure the binary is there).
 redis:
@@ -57,23 +53,43 @@ redis:
 	  (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) \
 	  || (sudo apt-get update -qq && sudo apt-get install -y -qq redis-server >/dev/null); }
 
+# Unit tests of every crate, the plugins' pure modules included (native).
+test-unit:
+	$(CARGO) test --workspace --lib --bins
+
 # End-to-end: the real component in the real runtime against the simulator,
-# through real MCP clients.
+# through real MCP clients, and Redis where the store is shared.
 test-e2e: guest redis
-	$(CARGO) test --workspace --exclude settle-devices --test '*'
+	$(CARGO) test --workspace --test '*'
+
+# Unit and end-to-end tests in one cargo invocation, so every dependency is
+# built once.
+test-all: guest fixtures redis
+	$(CARGO) test --workspace
 
 # The MCP conformance suite (2026-07-28, 2025-11-25, every tasks scenario)
 # against settle serving the fixture plugin, and the MCP Inspector CLI
 # against settle serving the device plugin. Installs pinned Node packages
-# (and Node 22) under .conformance/.
+# (and Node 22) under .conformance/. Uses the binaries the tests built.
 conformance: guest fixtures
-	$(CARGO) test -p settle -p device-sim --no-run
+	$(CARGO) test --workspace --no-run
 	./scripts/conformance.sh
 
-test: lint test-unit test-e2e conformance
+test: lint test-all conformance
 
 bench: guest
 	$(CARGO) run --release -p settle --example bench
+
+# Very many tasks in flight: one runner on the embedded store, then two
+# replicas on Redis. TASKS, DEVICES, DELAY_MS and POLL_MS scale it down.
+TASKS ?= 1000000
+DEVICES ?= 10000
+DELAY_MS ?= 900000
+POLL_MS ?= 10000
+SCALE_ARGS = --tasks $(TASKS) --devices $(DEVICES) --delay-ms $(DELAY_MS) --poll-ms $(POLL_MS)
+bench-scale: build redis
+	$(CARGO) run --release -p settle --example bench_scale -- --store redb $(SCALE_ARGS)
+	$(CARGO) run --release -p settle --example bench_scale -- --store redis $(SCALE_ARGS)
 
 fmt:
 	$(CARGO) fmt --all

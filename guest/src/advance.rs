@@ -12,7 +12,7 @@
 
 use crate::host;
 use crate::store::{Waiter, device_of_wake, device_wake_id};
-use crate::task::{Stage, TaskRecord, align_up, backoff};
+use crate::task::{Stage, TaskRecord, next_grid_read};
 use crate::tools::{Context, Failure, send_and_record};
 use std::collections::BTreeMap;
 
@@ -128,7 +128,7 @@ fn tick(ctx: &Context, device_id: &str, now: u64) -> Result<(), String> {
     } else {
         waiting.failed_streak + 1
     };
-    let next_read = align_up(now.saturating_add(backoff(poll, failed_streak + 1)), poll);
+    let next_read = next_grid_read(device_id, now, poll, failed_streak);
     let leaves_empty = waiting
         .tasks
         .keys()

@@ -25,6 +25,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     ("http_timeout_ms", "timeout of one device API request"),
     (
+        "probe_max_age_ms",
+        "how old a remembered reading may be to serve as a command's baseline",
+    ),
+    (
         "safe_min_temperature",
         "lowest setpoint sent without confirmation",
     ),
@@ -42,6 +46,9 @@ pub struct Settings {
     pub driver: String,
     pub timing: Timing,
     pub http_timeout_ms: u64,
+    /// How old a remembered reading may be to stand in for a command's
+    /// probe read: a burst of commands to one device then costs one read.
+    pub probe_max_age_ms: u64,
     pub safe_min_temperature: f64,
     pub safe_max_temperature: f64,
 }
@@ -82,6 +89,7 @@ impl Settings {
                 stable_reads: u32::try_from(stable_reads.clamp(1, 100)).unwrap_or(2),
             },
             http_timeout_ms: number("http_timeout_ms", 5_000)?.max(1),
+            probe_max_age_ms: number("probe_max_age_ms", 1_000)?,
             safe_min_temperature: celsius("safe_min_temperature", 18.0)?,
             safe_max_temperature: celsius("safe_max_temperature", 28.0)?,
         };

@@ -671,12 +671,11 @@ impl TaskRecord {
     /// of the poll grid (backed off while reads fail), so every task waiting
     /// on a device is due at the same instant and one read serves them all.
     pub fn next_read_ms(&self, now_ms: u64) -> u64 {
-        align_up(
-            now_ms.saturating_add(backoff(
-                self.timing.poll_interval_ms,
-                self.failed_streak + 1,
-            )),
+        next_grid_read(
+            &self.device_id,
+            now_ms,
             self.timing.poll_interval_ms,
+            self.failed_streak,
         )
         .min(self.deadline_ms())
     }
@@ -866,6 +865,40 @@ pub fn backoff(poll_interval_ms: u64, n: u32) -> u64 {
         .max(1)
         .saturating_mul(factor)
         .min(MAX_BACKOFF_MS)
+}
+
+/// When to read a device next, given that `failed_streak` reads in a row
+/// failed: the first point of the device's poll grid after the back-off,
+/// less one interval.
+///
+/// Reads land on the grid so that every task waiting on a device is due at
+/// the same instant and one read serves them all. A read that ran a little
+/// late (`now` just past a grid point) is followed by the very next grid
+/// point, so reads stay one interval apart rather than two. Each device's
+/// grid is shifted by a phase taken from its id, so that ten thousand
+/// devices are not all read in the same millisecond.
+pub fn next_grid_read(
+    device_id: &str,
+    now_ms: u64,
+    poll_interval_ms: u64,
+    failed_streak: u32,
+) -> u64 {
+    let poll = poll_interval_ms.max(1);
+    let wait = backoff(poll, failed_streak + 1);
+    let phase = device_phase(device_id, poll);
+    let earliest = now_ms.saturating_add(wait - poll + 1);
+    align_up(earliest.saturating_sub(phase), poll).saturating_add(phase)
+}
+
+/// A stable offset in `0..poll` for a device (FNV-1a of its id), the same
+/// in every process and across restarts.
+fn device_phase(device_id: &str, poll: u64) -> u64 {
+    let hash = device_id
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    hash % poll.max(1)
 }
 
 /// `t` rounded up to a multiple of `step`.
@@ -1142,7 +1175,7 @@ mod tests {
         let mut task = temperature_task(24.0, 26.0);
         assert!(!task.expire_if_due(300_999));
         assert_eq!(
-            task.next_read_ms(300_500),
+            task.next_read_ms(300_900),
             301_000,
             "reads no later than the deadline"
         );
@@ -1379,19 +1412,37 @@ mod tests {
         let mut task = temperature_task(24.0, 26.0);
         see(&mut task, 2_000, Err("503"));
         see(&mut task, 3_000, Err("503"));
-        assert_eq!(task.next_read_ms(3_000), 3_000 + 4_000);
+        let after_two_failures = task.next_read_ms(3_000);
+        assert!(
+            (6_001..=7_000).contains(&after_two_failures),
+            "two failures: the first grid point past three intervals, got {after_two_failures}"
+        );
         assert_eq!(
             task.next_check_ms(3_000),
             3_000,
             "failing reads are looked at each time"
         );
         see(&mut task, 7_000, Ok(&temp(26.0)));
-        assert_eq!(task.next_read_ms(7_000), 8_000);
+        let phase = device_phase(&task.device_id, 1_000);
+        let on_grid = 8_000 + phase;
         assert_eq!(
-            task.next_read_ms(7_350),
-            9_000,
-            "reads land on the poll grid"
+            task.next_read_ms(on_grid - 1_000 + 350),
+            on_grid,
+            "reads land on the device's grid, one interval apart even when late"
         );
+        assert_eq!(
+            next_grid_read(&task.device_id, on_grid - 1, 1_000, 0),
+            on_grid
+        );
+        assert_eq!(
+            next_grid_read(&task.device_id, on_grid, 1_000, 1),
+            on_grid + 2_000,
+            "one failure: two intervals"
+        );
+        let phases: std::collections::BTreeSet<u64> = (0..100)
+            .map(|i| device_phase(&format!("ac-{i:05}"), 10_000))
+            .collect();
+        assert!(phases.len() > 90, "devices are spread over the interval");
         assert_eq!(task.next_check_ms(7_000), 1_000 + TIMING.settle_window_ms);
         assert_eq!(backoff(1_000, 40), MAX_BACKOFF_MS);
     }

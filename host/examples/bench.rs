@@ -47,7 +47,7 @@ fn micros(d: Duration) -> f64 {
 async fn sandbox_cost(api: &str) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let store = Store::open_file(&dir.path().join("bench.redb"))?;
-    let runtime = Runtime::new(store.clone())?;
+    let runtime = Runtime::new(store.clone(), None)?;
     let plugin = runtime.load_plugin(&plugin())?;
     let context = TenantContext {
         name: "default".into(),

@@ -55,6 +55,8 @@ pub struct RunnerConfig {
     pub access: HttpAccess,
     /// How long a claimed due task belongs to this runner.
     pub lease: Duration,
+    /// Where compiled plugins are cached; `None` compiles every time.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl RunnerConfig {
@@ -133,7 +135,22 @@ impl RunnerConfig {
             },
             access,
             lease: Duration::from_millis(args.lease_ms),
+            cache_dir: cache_dir(args.cache_dir.as_deref()),
         })
+    }
+}
+
+/// The compiled-plugin cache: the flag's directory, `none` for no cache,
+/// or the user's cache directory by default (none when there is no home).
+fn cache_dir(flag: Option<&str>) -> Option<PathBuf> {
+    match flag {
+        Some("none") => None,
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))
+            .map(|base| base.join("settle")),
     }
 }
 
@@ -165,7 +182,7 @@ impl Runner {
             tracing::warn!("the store is not reachable yet: {e}");
         }
         let store = config.store.clone();
-        let runtime = Arc::new(Runtime::new(config.store)?);
+        let runtime = Arc::new(Runtime::new(config.store, config.cache_dir)?);
         let spec = config.tenant;
         let hub = Arc::new(Hub::default());
         if let Some(url) = &config.relay {

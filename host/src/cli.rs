@@ -122,6 +122,12 @@ pub struct ServeArgs {
     )]
     pub lease_ms: u64,
 
+    /// Where compiled plugins are cached, so that a start or a swap skips
+    /// compiling. Default: $XDG_CACHE_HOME/settle or ~/.cache/settle;
+    /// `none` compiles every time.
+    #[arg(long, env = "SETTLE_CACHE_DIR", value_name = "DIR")]
+    pub cache_dir: Option<String>,
+
     /// Linear memory limit of one plugin instance, in MiB.
     #[arg(
         long,

@@ -28,6 +28,14 @@ const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// pooling allocator's reservation; more concurrent calls wait for a slot.
 const MAX_LIVE_INSTANCES: u32 = 1000;
 
+/// How much of a recycled memory slot is zeroed in place rather than
+/// handed back to the kernel: about what one call of a typical plugin
+/// touches.
+const KEEP_RESIDENT_BYTES: usize = 1 << 20;
+
+/// Slots whose memory is returned to the kernel together.
+const DECOMMIT_BATCH: usize = 16;
+
 /// The largest linear memory any tenant may be given.
 pub const MAX_MEMORY_BYTES: usize = 1 << 30;
 
@@ -109,6 +117,21 @@ pub struct Runtime {
     linker: Linker<HostState>,
     store: StateStore,
     ticker_stop: Arc<AtomicBool>,
+    /// Where compiled plugins are kept so start-up and swaps skip Cranelift;
+    /// `None` compiles every time.
+    cache_dir: Option<PathBuf>,
+}
+
+/// Writes a compiled component next to its final name, then renames it, so
+/// a concurrent reader never sees half a file.
+fn write_artifact(dir: &Path, artifact: &Path, component: &Component) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let bytes = component
+        .serialize()
+        .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+    let partial = artifact.with_extension(format!("partial-{}", std::process::id()));
+    std::fs::write(&partial, bytes)?;
+    std::fs::rename(&partial, artifact)
 }
 
 impl Drop for Runtime {
@@ -129,13 +152,20 @@ fn engine_config() -> Config {
     pool.total_tables(MAX_LIVE_INSTANCES * 4);
     pool.total_stacks(MAX_LIVE_INSTANCES);
     pool.max_memory_size(MAX_MEMORY_BYTES);
+    // Every call gets a fresh instance, so slots are recycled constantly.
+    // Zeroing the first pages with memset, and returning the rest to the
+    // kernel in batches, avoids an madvise (and the TLB shootdown on every
+    // core that follows it) per call.
+    pool.linear_memory_keep_resident(KEEP_RESIDENT_BYTES);
+    pool.table_keep_resident(KEEP_RESIDENT_BYTES / 16);
+    pool.decommit_batch_size(DECOMMIT_BATCH);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     config
 }
 
 impl Runtime {
     /// Builds the engine and linker, and starts the epoch ticker.
-    pub fn new(store: StateStore) -> anyhow::Result<Runtime> {
+    pub fn new(store: StateStore, cache_dir: Option<PathBuf>) -> anyhow::Result<Runtime> {
         let engine = Engine::new(&engine_config())
             .map_err(|e| anyhow::anyhow!("creating the wasmtime engine: {e}"))?;
         let mut linker: Linker<HostState> = Linker::new(&engine);
@@ -165,6 +195,7 @@ impl Runtime {
             linker,
             store,
             ticker_stop,
+            cache_dir,
         })
     }
 
@@ -180,10 +211,7 @@ impl Runtime {
             path: path.to_path_buf(),
             source,
         })?;
-        let component = Component::new(&self.engine, &bytes).map_err(|e| LoadError::Compile {
-            path: path.to_path_buf(),
-            message: format!("{e:#}"),
-        })?;
+        let component = self.compile(path, &bytes)?;
         let interface = |e: wasmtime::Error| LoadError::Interface {
             path: path.to_path_buf(),
             message: format!("{e:#}"),
@@ -196,6 +224,53 @@ impl Runtime {
             tools: tokio::sync::OnceCell::new(),
             capabilities: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// Compiles a component, or loads the artifact an earlier compile left
+    /// in the cache. The cache key covers the component's bytes, the
+    /// engine's compatibility hash (its settings and wasmtime's version) and
+    /// settle's version, so an artifact is never loaded into an engine it was
+    /// not made for; wasmtime checks the same again when it loads one.
+    fn compile(&self, path: &Path, bytes: &[u8]) -> Result<Component, LoadError> {
+        let compile_error = |e: wasmtime::Error| LoadError::Compile {
+            path: path.to_path_buf(),
+            message: format!("{e:#}"),
+        };
+        let Some(dir) = &self.cache_dir else {
+            return Component::new(&self.engine, bytes).map_err(compile_error);
+        };
+        let artifact = dir.join(format!("{}.cwasm", self.artifact_key(bytes)));
+        if artifact.is_file() {
+            // SAFETY: settle writes this directory with `Component::serialize`
+            // of an engine whose compatibility hash is part of the name.
+            match unsafe { Component::deserialize_file(&self.engine, &artifact) } {
+                Ok(component) => return Ok(component),
+                Err(e) => tracing::warn!(
+                    "ignoring cached artifact {}: {e:#}; compiling again",
+                    artifact.display()
+                ),
+            }
+        }
+        let component = Component::new(&self.engine, bytes).map_err(compile_error)?;
+        if let Err(e) = write_artifact(dir, &artifact, &component) {
+            tracing::warn!("cannot cache the compiled plugin in {}: {e}", dir.display());
+        }
+        Ok(component)
+    }
+
+    fn artifact_key(&self, bytes: &[u8]) -> String {
+        use sha2::Digest;
+        use std::hash::{Hash, Hasher};
+        let mut engine = std::collections::hash_map::DefaultHasher::new();
+        self.engine
+            .precompile_compatibility_hash()
+            .hash(&mut engine);
+        format!(
+            "{:x}-{:016x}-{}",
+            sha2::Sha256::digest(bytes),
+            engine.finish(),
+            env!("CARGO_PKG_VERSION")
+        )
     }
 
     /// A fresh instance of the tenant's current plugin, with its limits.

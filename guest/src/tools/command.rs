@@ -298,18 +298,13 @@ fn validate(
     }
 }
 
-/// How old a remembered reading may be to stand in for a command's probe:
-/// well under any device's actuation time, so it is still the state the
-/// command starts from.
-const PROBE_MAX_AGE_MS: u64 = 1_000;
-
 /// Reads the device before commanding it: the reading is the baseline that
 /// tells "never moved" from "moved elsewhere", and it shows which fields can
 /// be read back at all.
 fn probe(ctx: &Context, device_id: &str) -> Result<(Option<Reading>, Readability), Failure> {
     let fresh = ctx
         .tasks
-        .recent_reading(device_id, host::now_ms(), PROBE_MAX_AGE_MS)
+        .recent_reading(device_id, host::now_ms(), ctx.settings.probe_max_age_ms)
         .map_err(Failure::Internal)?;
     if let Some(reading) = fresh {
         let fields = reading.values.keys().copied().collect();

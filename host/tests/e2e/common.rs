@@ -22,12 +22,22 @@ use std::time::{Duration, Instant};
 /// Generous: CI machines are slow, and a deadline only bounds a failure.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
+/// The workspace's target directory.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"))
+}
+
+/// Where tests cache compiled plugins: inside the repository, so CI keeps
+/// nothing outside it, and shared, so each plugin compiles once per run.
+pub fn cache_dir() -> PathBuf {
+    target_dir().join("settle-cache")
+}
+
 /// The device plugin `make guest` builds.
 pub fn plugin_path() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let path = target.join("wasm32-wasip2/release/settle_devices.wasm");
+    let path = target_dir().join("wasm32-wasip2/release/settle_devices.wasm");
     assert!(
         path.exists(),
         "{} is missing: run `make guest` (or `make test`, which builds it) first",
@@ -77,6 +87,10 @@ pub fn config(extra: &[&str]) -> RunnerConfig {
     let mut argv = vec!["settle", "serve", "--plugin", plugin.to_str().unwrap()];
     if !extra.contains(&"--store") {
         argv.extend(["--store", "memory"]);
+    }
+    let cache = cache_dir();
+    if !extra.contains(&"--cache-dir") {
+        argv.extend(["--cache-dir", cache.to_str().unwrap()]);
     }
     argv.extend_from_slice(extra);
     let Cli {
@@ -249,6 +263,7 @@ impl Process {
             ])
             .args(extra)
             .env("NO_COLOR", "1")
+            .env("SETTLE_CACHE_DIR", cache_dir())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

@@ -21,7 +21,8 @@ fn settle_command(api: &str) -> tokio::process::Command {
             "--plugin-config",
             FAST,
         ])
-        .env("NO_COLOR", "1");
+        .env("NO_COLOR", "1")
+        .env("SETTLE_CACHE_DIR", cache_dir());
     command
 }
 

@@ -1,0 +1,519 @@
+//! Run with `make bench-scale` (or `cargo run --release -p settle --example
+//! bench_scale -- --help`).
+//!
+//! Many tasks in flight on one runner (or two replicas on Redis): the
+//! simulator (`--devices` devices, a long actuation delay so every task is
+//! in flight at once) and settle run as separate processes; this driver
+//! creates the tasks over MCP, samples the runner's RSS, then checks every
+//! stored task straight from the store: each must have completed within the
+//! device's delay plus two poll intervals of its acceptance. It prints the
+//! time taken, RSS, sensor reads per device, store size, and the cost of
+//! `tasks/get` with 10,000 and with all tasks stored.
+
+use anyhow::{Context, bail, ensure};
+use clap::Parser;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncBufReadExt;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Tasks to create.
+    #[arg(long, default_value_t = 1_000_000)]
+    tasks: usize,
+    /// Simulated devices; tasks are spread evenly over them.
+    #[arg(long, default_value_t = 10_000)]
+    devices: usize,
+    /// `redb` (one runner, embedded store) or `redis` (two replicas).
+    #[arg(long, default_value = "redb")]
+    store: String,
+    /// The simulator's actuation delay: long enough that creating every
+    /// task finishes before the first one is applied.
+    #[arg(long, default_value_t = 900_000)]
+    delay_ms: u64,
+    /// The plugin's poll interval.
+    #[arg(long, default_value_t = 10_000)]
+    poll_ms: u64,
+    /// Concurrent creating clients.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A child process that prints a line naming its address once it listens.
+struct Child {
+    child: tokio::process::Child,
+    address: String,
+}
+
+async fn spawn(
+    mut command: tokio::process::Command,
+    pattern: &'static str,
+    log: &Path,
+) -> anyhow::Result<Child> {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {command:?}"))?;
+    let (found, mut address) = tokio::sync::mpsc::channel::<String>(1);
+    let log = std::fs::File::create(log)?;
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let (found, mut log) = (found.clone(), log.try_clone()?);
+        tokio::spawn(async move {
+            use std::io::Write;
+            let mut lines = tokio::io::BufReader::new(stream).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let _ = writeln!(log, "{line}");
+                if let Some(rest) = line.split(pattern).nth(1) {
+                    let _ = found.send(rest.trim().to_string()).await;
+                }
+            }
+        });
+    }
+    let address = tokio::time::timeout(Duration::from_secs(60), address.recv())
+        .await
+        .ok()
+        .flatten()
+        .context("the process did not say where it listens")?;
+    Ok(Child { child, address })
+}
+
+fn rss_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn tasks_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+    })
+}
+
+async fn rpc(
+    client: &reqwest::Client,
+    url: &str,
+    method: &str,
+    name: Option<&str>,
+    params: Value,
+) -> anyhow::Result<Value> {
+    let mut request = client
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = name {
+        request = request.header("mcp-name", name);
+    }
+    let text = request
+        .body(json!({"jsonrpc":"2.0","id":1,"method":method,"params":params}).to_string())
+        .send()
+        .await?
+        .text()
+        .await?;
+    let data = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("data:")
+                .map(str::trim)
+                .filter(|d| !d.is_empty())
+        })
+        .unwrap_or(&text);
+    Ok(serde_json::from_str(data).with_context(|| format!("not JSON-RPC: {text}"))?)
+}
+
+/// Median and p99 of `tasks/get` on random stored tasks, one at a time.
+async fn tasks_get_cost(
+    url: &str,
+    ids: &[String],
+    n: usize,
+) -> anyhow::Result<(Duration, Duration)> {
+    let client = reqwest::Client::new();
+    let mut latencies = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = &ids[(i * 7919) % ids.len()];
+        let started = Instant::now();
+        let reply = rpc(
+            &client,
+            url,
+            "tasks/get",
+            Some(id),
+            json!({"taskId": id, "_meta": tasks_meta()}),
+        )
+        .await?;
+        latencies.push(started.elapsed());
+        ensure!(
+            reply["result"]["taskId"] == json!(id),
+            "tasks/get failed: {reply}"
+        );
+    }
+    latencies.sort();
+    Ok((latencies[n / 2], latencies[n * 99 / 100]))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let root = root();
+    let plugin = root.join("target/wasm32-wasip2/release/settle_devices.wasm");
+    let settle = root.join("target/release/settle");
+    let sim_binary = root.join("target/release/device-sim");
+    for path in [&plugin, &settle, &sim_binary] {
+        ensure!(
+            path.exists(),
+            "{} is missing: run `make build` first",
+            path.display()
+        );
+    }
+    let dir = tempfile::tempdir()?;
+    println!(
+        "settle scale benchmark: {} tasks over {} devices, store {}, delay {} s, poll {} s",
+        args.tasks,
+        args.devices,
+        args.store,
+        args.delay_ms / 1000,
+        args.poll_ms / 1000
+    );
+
+    let mut sim_command = tokio::process::Command::new(&sim_binary);
+    sim_command.args([
+        "--addr",
+        "127.0.0.1:0",
+        "--devices",
+        &args.devices.to_string(),
+    ]);
+    sim_command.args(["--delay-ms", &args.delay_ms.to_string()]);
+    let sim = spawn(sim_command, "listening on ", &dir.path().join("sim.log")).await?;
+    let api = sim.address.clone();
+
+    let (store, replicas, _redis) = match args.store.as_str() {
+        "redb" => (dir.path().join("bench.redb").display().to_string(), 1, None),
+        "redis" => {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
+            let mut redis = tokio::process::Command::new("redis-server");
+            redis.args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ]);
+            redis.args(["--appendonly", "yes", "--appendfsync", "everysec"]);
+            redis.arg("--dir").arg(dir.path());
+            let child = spawn(
+                redis,
+                "Ready to accept connections",
+                &dir.path().join("redis.log"),
+            )
+            .await
+            .context("redis-server (install it: make redis)")?;
+            (format!("redis://127.0.0.1:{port}/0"), 2, Some(child))
+        }
+        other => bail!("--store must be redb or redis, not {other}"),
+    };
+    let settings = format!(
+        "poll_interval_ms={},settle_window_ms={},ttl_ms={},probe_max_age_ms={}",
+        args.poll_ms,
+        args.delay_ms * 2,
+        args.delay_ms * 3,
+        args.delay_ms
+    );
+    let key = format!("request_state_key={:064x}", rand::random::<u128>());
+    let mut runners = Vec::new();
+    for n in 0..replicas {
+        let mut command = tokio::process::Command::new(&settle);
+        command.args(["serve", "--http", "127.0.0.1:0", "--inline-wait-ms", "0"]);
+        command.arg("--plugin").arg(&plugin);
+        command.args(["--store", &store, "--device-api", &api]);
+        command.args(["--plugin-config", &format!("{settings},{key}")]);
+        command.env("RUST_LOG", "warn,settle=info");
+        runners.push(
+            spawn(
+                command,
+                "serving MCP at ",
+                &dir.path().join(format!("settle-{n}.log")),
+            )
+            .await?,
+        );
+    }
+    let urls: Vec<String> = runners.iter().map(|r| r.address.clone()).collect();
+    let pids: Vec<u32> = runners.iter().filter_map(|r| r.child.id()).collect();
+
+    // Sample the runners' RSS throughout.
+    let peak = Arc::new(std::sync::Mutex::new(vec![0u64; pids.len()]));
+    let sampler = {
+        let (peak, pids) = (peak.clone(), pids.clone());
+        tokio::spawn(async move {
+            loop {
+                {
+                    let mut peak = peak.lock().unwrap();
+                    for (i, pid) in pids.iter().enumerate() {
+                        peak[i] = peak[i].max(rss_kib(*pid, "VmRSS:"));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+
+    // Create the first 10,000 tasks, measure tasks/get while nothing else
+    // is being created, then create the rest.
+    let mut ids = vec![String::new(); args.tasks];
+    let created_at = Instant::now();
+    let first = 10_000.min(args.tasks);
+    create(&args, &urls, &mut ids, 0..first, created_at).await?;
+    let small_store_cost = tasks_get_cost(&urls[0], &ids[..first], 1_000).await?;
+    create(&args, &urls, &mut ids, first..args.tasks, created_at).await?;
+    let creation = created_at.elapsed();
+    println!(
+        "  created {} tasks in {:.0} s ({:.0} tasks/s, {} concurrent clients)",
+        ids.len(),
+        creation.as_secs_f64(),
+        ids.len() as f64 / creation.as_secs_f64(),
+        args.concurrency
+    );
+    let rss_in_flight: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmRSS:")).collect();
+    let large_store_cost = tasks_get_cost(&urls[0], &ids, 1_000).await?;
+
+    // Wait until the simulator has applied every command and two more poll
+    // intervals have passed, then stop the runners and read the store.
+    let applied_by =
+        Duration::from_millis(args.delay_ms) + Duration::from_millis(2 * args.poll_ms + 5_000);
+    let wait = applied_by.saturating_sub(creation);
+    println!(
+        "  waiting {:.0} s for the devices to act and the tasks to settle",
+        wait.as_secs_f64()
+    );
+    tokio::time::sleep(wait).await;
+    let client = reqwest::Client::new();
+    let stats: Value = client
+        .get(format!("{api}/_sim/stats"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    sampler.abort();
+    let peak = peak.lock().unwrap().clone();
+    let hwm: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmHWM:")).collect();
+    for mut runner in runners {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &runner.child.id().unwrap_or(0).to_string()])
+            .status();
+        let _ = tokio::time::timeout(Duration::from_secs(60), runner.child.wait()).await;
+    }
+
+    let reads: u64 = stats["devices"]
+        .as_object()
+        .map(|d| d.values().map(|v| v["sensor"].as_u64().unwrap_or(0)).sum())
+        .unwrap_or(0);
+    let controls: u64 = stats["devices"]
+        .as_object()
+        .map(|d| d.values().map(|v| v["control"].as_u64().unwrap_or(0)).sum())
+        .unwrap_or(0);
+
+    // Every task, straight from the store.
+    let records: Vec<Vec<u8>> = match args.store.as_str() {
+        "redb" => read_redb(Path::new(&store))?,
+        _ => read_redis(&store).await?,
+    };
+    let store_size = match args.store.as_str() {
+        "redb" => std::fs::metadata(&store)?.len(),
+        _ => redis_memory(&store).await?,
+    };
+    let limit_ms = args.delay_ms + 2 * args.poll_ms;
+    let (mut completed, mut late, mut other) = (0usize, 0usize, 0usize);
+    let mut spans = Vec::new();
+    for bytes in &records {
+        let task: Value = serde_json::from_slice(bytes)?;
+        if task["status"] != "completed" {
+            other += 1;
+            continue;
+        }
+        completed += 1;
+        let span = task["ended_at_ms"]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(task["created_at_ms"].as_u64().unwrap_or(0));
+        if span > limit_ms {
+            late += 1;
+        }
+        spans.push(span);
+    }
+    spans.sort();
+    println!("## Results");
+    println!(
+        "  tasks stored: {}; completed {completed}; not completed {other}; over delay + 2 polls ({} s): {late}",
+        records.len(),
+        limit_ms / 1000
+    );
+    if !spans.is_empty() {
+        println!(
+            "  acceptance to completed: median {:.1} s, max {:.1} s",
+            spans[spans.len() / 2] as f64 / 1e3,
+            spans[spans.len() - 1] as f64 / 1e3
+        );
+    }
+    println!(
+        "  sensor reads: {reads} over {} devices ({:.1} per device; {:.3} per task); control requests: {controls}",
+        args.devices,
+        reads as f64 / args.devices as f64,
+        reads as f64 / args.tasks as f64
+    );
+    for (i, pid) in pids.iter().enumerate() {
+        let _ = pid;
+        println!(
+            "  runner {i} RSS: {:.0} MiB with every task in flight, peak sampled {:.0} MiB, high-water {:.0} MiB; {:.2} KiB per task",
+            rss_in_flight[i] as f64 / 1024.0,
+            peak[i] as f64 / 1024.0,
+            hwm[i] as f64 / 1024.0,
+            hwm[i] as f64 / (args.tasks as f64 / pids.len() as f64)
+        );
+    }
+    println!(
+        "  store size: {:.0} MiB",
+        store_size as f64 / (1 << 20) as f64
+    );
+    println!(
+        "  tasks/get with ~10,000 tasks stored: p50 {:.0} µs, p99 {:.0} µs",
+        small_store_cost.0.as_secs_f64() * 1e6,
+        small_store_cost.1.as_secs_f64() * 1e6
+    );
+    println!(
+        "  tasks/get with {} tasks stored:   p50 {:.0} µs, p99 {:.0} µs",
+        ids.len(),
+        large_store_cost.0.as_secs_f64() * 1e6,
+        large_store_cost.1.as_secs_f64() * 1e6
+    );
+    drop(sim);
+    Ok(())
+}
+
+/// Creates tasks `range` with `args.concurrency` clients. Task i goes to
+/// device i % devices, all with the same setpoint so none supersedes
+/// another; replicas take turns.
+async fn create(
+    args: &Args,
+    urls: &[String],
+    ids: &mut [String],
+    range: std::ops::Range<usize>,
+    started: Instant,
+) -> anyhow::Result<()> {
+    let end = range.end;
+    let next = Arc::new(AtomicUsize::new(range.start));
+    let created = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut workers = tokio::task::JoinSet::new();
+    for w in 0..args.concurrency {
+        let (next, created, urls) = (next.clone(), created.clone(), urls.to_vec());
+        let devices = args.devices;
+        workers.spawn(async move {
+            let client = reqwest::Client::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= end {
+                    return anyhow::Ok(());
+                }
+                let url = &urls[(i + w) % urls.len()];
+                let params = json!({
+                    "name": "set_temperature",
+                    "arguments": {"device_id": format!("ac-{:05}", i % devices), "temperature": 24},
+                    "_meta": tasks_meta(),
+                });
+                let reply =
+                    rpc(&client, url, "tools/call", Some("set_temperature"), params).await?;
+                let id = reply["result"]["taskId"]
+                    .as_str()
+                    .with_context(|| format!("task {i} was not created: {reply}"))?;
+                created.lock().unwrap().push((i, id.to_string()));
+            }
+        });
+    }
+    let mut progress = tokio::time::interval(Duration::from_secs(30));
+    progress.tick().await;
+    loop {
+        tokio::select! {
+            joined = workers.join_next() => match joined {
+                Some(result) => result??,
+                None => break,
+            },
+            _ = progress.tick() => {
+                let done = next.load(Ordering::Relaxed).min(end);
+                let elapsed = started.elapsed().as_secs_f64();
+                println!("  ... {done} tasks created in {elapsed:.0} s ({:.0}/s)", done as f64 / elapsed);
+            }
+        }
+    }
+    for (i, id) in created.lock().unwrap().drain(..) {
+        ids[i] = id;
+    }
+    Ok(())
+}
+
+fn read_redb(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
+    use redb::{ReadableDatabase, TableDefinition};
+    const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
+    let db = redb::Database::open(path)?;
+    let txn = db.begin_read()?;
+    let table = txn.open_table(KV)?;
+    let mut out = Vec::new();
+    for entry in table.range("default/task/".."default/task0")? {
+        let (_, value) = entry?;
+        out.push(value.value().to_vec());
+    }
+    Ok(out)
+}
+
+async fn read_redis(url: &str) -> anyhow::Result<Vec<Vec<u8>>> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let keys: Vec<String> = redis::cmd("ZRANGEBYLEX")
+        .arg("settle:keys:default")
+        .arg("[default/task/")
+        .arg("(default/task0")
+        .query_async(&mut conn)
+        .await?;
+    let mut out = Vec::with_capacity(keys.len());
+    for chunk in keys.chunks(10_000) {
+        let full: Vec<String> = chunk.iter().map(|k| format!("settle:kv:{k}")).collect();
+        let values: Vec<Option<Vec<u8>>> =
+            redis::cmd("MGET").arg(&full).query_async(&mut conn).await?;
+        out.extend(values.into_iter().flatten());
+    }
+    Ok(out)
+}
+
+async fn redis_memory(url: &str) -> anyhow::Result<u64> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut conn)
+        .await?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0))
+}
