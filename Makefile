@@ -21,9 +21,10 @@ wasm-target:
 guest: wasm-target
 	$(CARGO) build -p settle-devices --target wasm32-wasip2 --release
 
-# The conformance suite's fixtures, as a second plugin.
+# The conformance suite's fixtures, and the hostile plugin the isolation
+# tests run: two more plugins.
 fixtures: wasm-target
-	$(CARGO) build -p settle-fixtures --target wasm32-wasip2 --release
+	$(CARGO) build -p settle-fixtures -p settle-hostile --target wasm32-wasip2 --release
 
 host:
 	$(CARGO) build --release -p settle -p device-sim
@@ -59,7 +60,7 @@ test-unit:
 
 # End-to-end: the real component in the real runtime against the simulator,
 # through real MCP clients, and Redis where the store is shared.
-test-e2e: guest redis
+test-e2e: guest fixtures redis
 	$(CARGO) test --workspace --test '*'
 
 # Unit and end-to-end tests in one cargo invocation, so every dependency is

@@ -51,11 +51,12 @@ async fn sandbox_cost(api: &str) -> anyhow::Result<()> {
     let plugin = runtime.load_plugin(&plugin())?;
     let context = TenantContext {
         name: "default".into(),
+        namespace: "default".into(),
         plugin_config: BTreeMap::from([("device_api".to_string(), api.to_string())]),
         policy: OutboundPolicy::new(vec![AllowedOrigin::of_url(api)?]),
         limits: Limits::default(),
         events: Default::default(),
-        stats: Default::default(),
+        metrics: Default::default(),
     };
     let tenant = Tenant::new(context, plugin);
     let id = "0123456789abcdef0123456789abcdef";
@@ -194,9 +195,9 @@ fn config(api: &str, store: &str, inline_wait_ms: &str) -> anyhow::Result<Runner
         "--inline-wait-ms",
         inline_wait_ms,
     ];
-    let Cli {
-        command: Command::Serve(args),
-    } = Cli::try_parse_from(argv)?;
+    let Command::Serve(args) = Cli::try_parse_from(argv)?.command else {
+        anyhow::bail!("not `settle serve`");
+    };
     RunnerConfig::from_args(&args)
 }
 

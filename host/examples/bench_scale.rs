@@ -139,7 +139,7 @@ async fn rpc(
                 .filter(|d| !d.is_empty())
         })
         .unwrap_or(&text);
-    Ok(serde_json::from_str(data).with_context(|| format!("not JSON-RPC: {text}"))?)
+    serde_json::from_str(data).with_context(|| format!("not JSON-RPC: {text}"))
 }
 
 /// Median and p99 of `tasks/get` on random stored tasks, one at a time.
@@ -294,6 +294,17 @@ async fn main() -> anyhow::Result<()> {
         creation.as_secs_f64(),
         ids.len() as f64 / creation.as_secs_f64(),
         args.concurrency
+    );
+    // The first command is applied `delay_ms` after it was accepted; if
+    // creating took longer, not every task was in flight at the same time.
+    let all_in_flight = creation < Duration::from_millis(args.delay_ms);
+    println!(
+        "  every task in flight at once: {}",
+        if all_in_flight {
+            "yes"
+        } else {
+            "NO (creation outlasted the delay)"
+        }
     );
     let rss_in_flight: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmRSS:")).collect();
     let large_store_cost = tasks_get_cost(&urls[0], &ids, 1_000).await?;

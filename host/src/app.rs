@@ -2,14 +2,17 @@
 //! orderly stop. `main` and the tests both start settle through here.
 
 use crate::cli::ServeArgs;
+use crate::config::{Secret, TenantSpec, TenantsFile};
 use crate::drain::Drain;
 use crate::events::Hub;
 use crate::mcp::http::HttpAccess;
 use crate::mcp::{ServeOptions, Settle};
+use crate::metrics::Metrics;
 use crate::policy::{AllowedOrigin, OutboundPolicy};
 use crate::runtime::Runtime;
 use crate::scheduler::Scheduler;
 use crate::store::Store;
+use crate::swap::Swapper;
 use crate::tenant::{Limits, Tenant, TenantContext, Tenants};
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
@@ -25,19 +28,13 @@ pub const DEFAULT_TENANT: &str = "default";
 /// How long shutdown waits for calls in flight.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
-/// One tenant's configuration, checked.
-#[derive(Clone, Debug)]
-pub struct TenantConfig {
-    /// Also the tenant's store namespace.
-    pub name: String,
-    /// The component to load.
-    pub plugin: PathBuf,
-    /// What the plugin reads through `wasi:config`.
-    pub plugin_config: BTreeMap<String, String>,
-    /// Where the plugin may send HTTP requests.
-    pub policy: OutboundPolicy,
-    /// Memory, time and concurrency bounds of its calls.
-    pub limits: Limits,
+/// How tenants are reached over HTTP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// No tenants file: the default tenant at `/mcp`, no bearer token.
+    Single,
+    /// A tenants file: each tenant at `/t/{name}/mcp` behind its token.
+    Tenants,
 }
 
 /// Everything a runner needs, checked.
@@ -47,8 +44,17 @@ pub struct RunnerConfig {
     /// The Redis URL, when the store is shared by replicas: change notices
     /// travel between them through it.
     pub relay: Option<String>,
-    /// The one tenant served.
-    pub tenant: TenantConfig,
+    /// The tenants served.
+    pub tenants: Vec<TenantSpec>,
+    /// How tenants are reached over HTTP.
+    pub layout: Layout,
+    /// The admin endpoint's token; the endpoint is off without one.
+    pub admin_token: Option<Secret>,
+    /// The token `/metrics` asks for; `None` serves it openly (single
+    /// tenant) or not at all (tenants file).
+    pub metrics_token: Option<Secret>,
+    /// Swap a tenant's plugin when its file changes.
+    pub watch_plugins: bool,
     /// How MCP requests are answered.
     pub options: ServeOptions,
     /// Who may reach the HTTP endpoint.
@@ -62,6 +68,60 @@ pub struct RunnerConfig {
 impl RunnerConfig {
     /// Checks the command line; each problem names the flag.
     pub fn from_args(args: &ServeArgs) -> anyhow::Result<RunnerConfig> {
+        let mut config = match &args.config {
+            Some(path) => RunnerConfig::from_file(args, path)?,
+            None => RunnerConfig::single(args)?,
+        };
+        for tenant in &mut config.tenants {
+            // Plugins seal MRTR `requestState` with this key so a client
+            // cannot forge or alter it. Random per start unless configured,
+            // which is enough for one process: a retry reaches the process
+            // that asked. Replicas sharing a store must configure one.
+            tenant
+                .plugin_config
+                .entry("request_state_key".into())
+                .or_insert_with(random_key);
+        }
+        Ok(config)
+    }
+
+    /// The tenants of a tenants file; the flags still set the store, the
+    /// HTTP access rules, the lease and the cache.
+    fn from_file(args: &ServeArgs, path: &std::path::Path) -> anyhow::Result<RunnerConfig> {
+        let file = TenantsFile::load(path)?;
+        let mut config = RunnerConfig::shared(args)?;
+        config.tenants = file.tenants;
+        config.layout = Layout::Tenants;
+        config.admin_token = file.admin_token;
+        config.metrics_token = file.metrics_token;
+        config.watch_plugins = file.watch_plugins;
+        for tenant in &config.tenants {
+            if tenant.limits.call_timeout >= config.lease {
+                bail!(
+                    "{}: tenant {}: call_timeout_ms {} must be below --lease-ms {}: a replica must finish advancing a task before another may take it",
+                    path.display(),
+                    tenant.name,
+                    tenant.limits.call_timeout.as_millis(),
+                    config.lease.as_millis()
+                );
+            }
+        }
+        if let Some(name) = &args.tenant {
+            config.tenants.retain(|t| &t.name == name);
+            if config.tenants.is_empty() {
+                bail!("--tenant {name}: {} has no such tenant", path.display());
+            }
+        }
+        Ok(config)
+    }
+
+    /// The default tenant, from the flags alone.
+    fn single(args: &ServeArgs) -> anyhow::Result<RunnerConfig> {
+        if let Some(name) = &args.tenant {
+            bail!(
+                "--tenant {name} needs --config: without a tenants file there is only the default tenant"
+            );
+        }
         let device_api = url::Url::parse(&args.device_api)
             .with_context(|| format!("--device-api {:?} is not a URL", args.device_api))?;
         if !matches!(device_api.scheme(), "http" | "https") {
@@ -84,12 +144,6 @@ impl RunnerConfig {
         if let Some(token) = &args.device_token {
             plugin_config.insert("device_token".into(), token.clone());
         }
-        // Plugins seal MRTR `requestState` with this key so a client cannot
-        // forge or alter it. Random per start unless configured, which is
-        // enough for one process: a retry reaches the process that asked.
-        plugin_config
-            .entry("request_state_key".into())
-            .or_insert_with(random_key);
         if args.memory_mib == 0 || args.memory_mib << 20 > crate::runtime::MAX_MEMORY_BYTES {
             bail!(
                 "--memory-mib {} must be between 1 and {}",
@@ -100,6 +154,25 @@ impl RunnerConfig {
         if args.call_timeout_ms == 0 {
             bail!("--call-timeout-ms must be above 0");
         }
+        let mut config = RunnerConfig::shared(args)?;
+        config.tenants = vec![TenantSpec {
+            name: DEFAULT_TENANT.into(),
+            namespace: DEFAULT_TENANT.into(),
+            plugin: args.plugin.clone(),
+            plugin_config,
+            policy: OutboundPolicy::new(origins),
+            limits: Limits {
+                memory_bytes: args.memory_mib << 20,
+                call_timeout: Duration::from_millis(args.call_timeout_ms),
+                ..Limits::default()
+            },
+            token: None,
+        }];
+        Ok(config)
+    }
+
+    /// What every layout shares: store, access, lease, cache; no tenants yet.
+    fn shared(args: &ServeArgs) -> anyhow::Result<RunnerConfig> {
         if args.lease_ms <= args.call_timeout_ms {
             bail!(
                 "--lease-ms {} must exceed --call-timeout-ms {}: a replica must finish advancing a task before another may take it",
@@ -119,17 +192,11 @@ impl RunnerConfig {
         Ok(RunnerConfig {
             store,
             relay,
-            tenant: TenantConfig {
-                name: DEFAULT_TENANT.into(),
-                plugin: args.plugin.clone(),
-                plugin_config,
-                policy: OutboundPolicy::new(origins),
-                limits: Limits {
-                    memory_bytes: args.memory_mib << 20,
-                    call_timeout: Duration::from_millis(args.call_timeout_ms),
-                    ..Limits::default()
-                },
-            },
+            tenants: Vec::new(),
+            layout: Layout::Single,
+            admin_token: None,
+            metrics_token: None,
+            watch_plugins: true,
             options: ServeOptions {
                 inline_wait: Duration::from_millis(args.inline_wait_ms),
             },
@@ -162,19 +229,30 @@ fn random_key() -> String {
         .collect()
 }
 
-/// A started runner: plugin loaded, scheduler running.
-pub struct Runner {
+/// One served tenant: its MCP server and the token its clients present.
+struct Served {
     settle: Settle,
+    token: Option<Secret>,
+}
+
+/// A started runner: plugins loaded, scheduler running.
+pub struct Runner {
+    served: Vec<Served>,
+    layout: Layout,
     store: Store,
     access: HttpAccess,
+    admin_token: Option<Secret>,
+    metrics_token: Option<Secret>,
+    metrics: Arc<Metrics>,
+    swapper: Arc<Swapper>,
     drain: Drain,
-    scheduler_stop: CancellationToken,
+    background_stop: CancellationToken,
     scheduler: tokio::task::JoinHandle<()>,
 }
 
 impl Runner {
-    /// Loads the plugin (refusing one that does not work), and starts the
-    /// scheduler so that stored tasks carry on.
+    /// Loads every tenant's plugin (refusing one that does not work), and
+    /// starts the scheduler so that stored tasks carry on.
     pub async fn start(config: RunnerConfig) -> anyhow::Result<Runner> {
         if let Err(e) = config.store.ping().await {
             // Not fatal: the store may come up after the runner, and
@@ -183,60 +261,159 @@ impl Runner {
         }
         let store = config.store.clone();
         let runtime = Arc::new(Runtime::new(config.store, config.cache_dir)?);
-        let spec = config.tenant;
         let hub = Arc::new(Hub::default());
         if let Some(url) = &config.relay {
             crate::relay::start(url, hub.clone()).context("relaying notices through redis")?;
         }
-        let plugin = runtime.load_plugin(&spec.plugin)?;
-        let context = TenantContext {
-            name: spec.name,
-            plugin_config: spec.plugin_config,
-            policy: spec.policy,
-            limits: spec.limits,
-            events: hub.clone(),
-            stats: Default::default(),
-        };
-        let tenants = Arc::new(Tenants::new([Tenant::new(context, plugin)]));
-        let tenant = tenants
-            .get(DEFAULT_TENANT)
-            .expect("the default tenant was just added");
-        // Reading the tool list proves the plugin instantiates and answers.
-        let tools = runtime
-            .list_tools(&tenant)
-            .await
-            .with_context(|| format!("plugin {} failed its first call", spec.plugin.display()))?;
-        runtime.capabilities(&tenant).await.with_context(|| {
-            format!(
-                "plugin {} failed to say what it serves",
-                spec.plugin.display()
-            )
-        })?;
-        tracing::info!(
-            plugin = %spec.plugin.display(),
-            tools = tools.len(),
-            outbound = ?tenant.context.policy.origins().iter().map(ToString::to_string).collect::<Vec<_>>(),
-            "plugin loaded"
-        );
+        let metrics = Arc::new(Metrics::default());
+        let mut tenants = Vec::new();
+        let mut tokens = BTreeMap::new();
+        for spec in config.tenants {
+            let plugin = runtime
+                .load_plugin(&spec.plugin)
+                .with_context(|| format!("tenant {}", spec.name))?;
+            tokens.insert(spec.name.clone(), spec.token);
+            let context = TenantContext {
+                name: spec.name,
+                namespace: spec.namespace,
+                plugin_config: spec.plugin_config,
+                policy: spec.policy,
+                limits: spec.limits,
+                events: hub.clone(),
+                metrics: metrics.clone(),
+            };
+            tenants.push(Tenant::new(context, plugin));
+        }
+        let tenants = Arc::new(Tenants::new(tenants));
         let drain = Drain::default();
-        let settle = Settle::new(runtime.clone(), tenant, config.options, drain.clone());
-        let scheduler_stop = CancellationToken::new();
+        let mut served = Vec::new();
+        for tenant in tenants.iter() {
+            let source = tenant.plugin.load().source.clone();
+            // Reading the tool list proves the plugin instantiates and answers.
+            let tools = runtime.list_tools(tenant).await.with_context(|| {
+                format!(
+                    "tenant {}: plugin {} failed its first call",
+                    tenant.name(),
+                    source.display()
+                )
+            })?;
+            runtime.capabilities(tenant).await.with_context(|| {
+                format!(
+                    "tenant {}: plugin {} failed to say what it serves",
+                    tenant.name(),
+                    source.display()
+                )
+            })?;
+            tracing::info!(
+                tenant = %tenant.name(),
+                plugin = %source.display(),
+                tools = tools.len(),
+                outbound = ?tenant.context.policy.origins().iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "plugin loaded"
+            );
+            served.push(Served {
+                settle: Settle::new(
+                    runtime.clone(),
+                    tenant.clone(),
+                    config.options.clone(),
+                    drain.clone(),
+                ),
+                token: tokens.remove(tenant.name()).flatten(),
+            });
+        }
+        let swapper = Arc::new(Swapper::new(runtime.clone(), tenants.clone()));
+        let background_stop = CancellationToken::new();
+        if config.watch_plugins {
+            tokio::spawn(crate::swap::watch(swapper.clone(), background_stop.clone()));
+        }
         let scheduler = tokio::spawn(
             Scheduler {
                 runtime,
                 tenants,
                 lease: config.lease,
             }
-            .run(scheduler_stop.clone()),
+            .run(background_stop.clone()),
         );
         Ok(Runner {
-            settle,
+            served,
+            layout: config.layout,
             store,
             access: config.access,
+            admin_token: config.admin_token,
+            metrics_token: config.metrics_token,
+            metrics,
+            swapper,
             drain,
-            scheduler_stop,
+            background_stop,
             scheduler,
         })
+    }
+
+    /// Swaps plugins; the same one SIGHUP, the watcher and the admin
+    /// endpoint use.
+    pub fn swapper(&self) -> Arc<Swapper> {
+        self.swapper.clone()
+    }
+
+    /// Reloads every tenant's plugin on each SIGHUP (`settle reload`).
+    #[cfg(unix)]
+    pub fn reload_on_sighup(&self) -> anyhow::Result<()> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = signal(SignalKind::hangup()).context("watching SIGHUP")?;
+        let swapper = self.swapper.clone();
+        let stop = self.background_stop.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = hangups.recv() => {}
+                    _ = stop.cancelled() => return,
+                }
+                tracing::info!("SIGHUP: reloading plugins");
+                for swap in swapper.reload_all().await {
+                    tracing::info!(tenant = %swap.tenant, "reload: {:?}", swap.outcome);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// The HTTP routes: MCP per tenant, health, metrics and admin.
+    fn routes(&self, responses: &Drain, streams: &CancellationToken) -> axum::Router {
+        let mut app = axum::Router::new();
+        for served in &self.served {
+            let mcp = crate::mcp::http::router(
+                served.settle.clone(),
+                &self.access,
+                responses.clone(),
+                streams.clone(),
+            );
+            app = match self.layout {
+                Layout::Single => app.merge(mcp),
+                Layout::Tenants => {
+                    let token = served.token.clone();
+                    app.nest(
+                        &format!("/t/{}", served.settle.tenant_name()),
+                        mcp.layer(axum::middleware::from_fn(move |request, next| {
+                            crate::mcp::auth::require_bearer(token.clone(), request, next)
+                        })),
+                    )
+                }
+            };
+        }
+        if self.layout == Layout::Tenants {
+            app = app.merge(crate::mcp::auth::unknown_tenants());
+        }
+        let metrics_open = self.layout == Layout::Single;
+        app.merge(crate::mcp::http::health(self.store.clone()))
+            .merge(crate::mcp::admin::metrics(
+                self.metrics.clone(),
+                self.metrics_token.clone(),
+                metrics_open,
+            ))
+            .merge(crate::mcp::admin::reload(
+                self.swapper.clone(),
+                self.admin_token.clone(),
+            ))
     }
 
     /// Serves HTTP on `listener` until `shutdown` resolves; then stops taking
@@ -248,13 +425,7 @@ impl Runner {
     ) -> anyhow::Result<()> {
         let streams = CancellationToken::new();
         let responses = Drain::default();
-        let app = crate::mcp::http::router(
-            self.settle.clone(),
-            &self.access,
-            responses.clone(),
-            streams.clone(),
-        )
-        .merge(crate::mcp::http::health(self.store.clone()));
+        let app = self.routes(&responses, &streams);
         let stopping = CancellationToken::new();
         let signal = tokio::spawn({
             let stopping = stopping.clone();
@@ -316,7 +487,13 @@ impl Runner {
                 stop_reading.cancel();
             }
         });
-        crate::mcp::stdio::serve(self.settle.clone(), input, output, stop_reading).await?;
+        let [served] = self.served.as_slice() else {
+            bail!(
+                "stdio serves one tenant, and the tenants file has {}: choose one with --tenant",
+                self.served.len()
+            );
+        };
+        crate::mcp::stdio::serve(served.settle.clone(), input, output, stop_reading).await?;
         watcher.abort();
         self.stop().await;
         Ok(())
@@ -327,7 +504,7 @@ impl Runner {
         if left > 0 {
             tracing::warn!("{left} calls still running at exit");
         }
-        self.scheduler_stop.cancel();
+        self.background_stop.cancel();
         let _ = self.scheduler.await;
         tracing::info!("stopped");
     }

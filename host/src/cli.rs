@@ -27,7 +27,27 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Serve MCP over stdio (the default) or Streamable HTTP.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Make a running `settle serve` reload every tenant's plugin (sends it
+    /// SIGHUP). A plugin that fails to load is refused and the old one keeps
+    /// serving; the server's log says which.
+    Reload(ReloadArgs),
+}
+
+/// `settle reload`.
+#[derive(Args, Debug, Clone)]
+pub struct ReloadArgs {
+    /// The pid file `settle serve --pid-file` wrote.
+    #[arg(
+        long,
+        env = "SETTLE_PID_FILE",
+        value_name = "PATH",
+        required_unless_present = "pid"
+    )]
+    pub pid_file: Option<PathBuf>,
+    /// The server's process id, instead of a pid file.
+    #[arg(long, conflicts_with = "pid_file")]
+    pub pid: Option<i32>,
 }
 
 /// `settle serve`.
@@ -41,6 +61,26 @@ pub struct ServeArgs {
     /// anything but localhost also needs --allowed-host.
     #[arg(long, env = "SETTLE_HTTP", value_name = "ADDR")]
     pub http: Option<SocketAddr>,
+
+    /// A tenants file (TOML): one `[tenant.NAME]` table per tenant with its
+    /// plugin, device API, tokens, outbound hosts, limits and namespace.
+    /// HTTP then serves each tenant at /t/NAME/mcp behind its bearer token.
+    /// Without one, the flags below describe the single default tenant.
+    #[arg(
+        long,
+        env = "SETTLE_CONFIG",
+        value_name = "PATH",
+        conflicts_with_all = ["plugin", "device_api", "device_token", "allow_outbound", "plugin_config", "memory_mib", "call_timeout_ms"]
+    )]
+    pub config: Option<PathBuf>,
+
+    /// With --config: serve only this tenant (stdio serves exactly one).
+    #[arg(long, env = "SETTLE_TENANT", value_name = "NAME")]
+    pub tenant: Option<String>,
+
+    /// Write the process id here (removed on exit), for `settle reload`.
+    #[arg(long, env = "SETTLE_PID_FILE", value_name = "PATH")]
+    pub pid_file: Option<PathBuf>,
 
     /// The plugin component to load.
     #[arg(long, env = "SETTLE_PLUGIN", value_name = "PATH", default_value = DEFAULT_PLUGIN)]

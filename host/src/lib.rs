@@ -15,6 +15,9 @@
 //! - [`events`]: change notices for callers waiting inline and listeners.
 //! - [`relay`]: carrying those notices between replicas (Redis pub/sub).
 //! - [`tenant`]: tenants, their settings and limits.
+//! - [`config`]: the tenants file (`--config settle.toml`).
+//! - [`swap`]: replacing a tenant's plugin while it serves.
+//! - [`metrics`]: what operators see at `/metrics`.
 //! - [`drain`]: counting calls in flight for an orderly shutdown.
 
 #![deny(missing_docs)]
@@ -24,13 +27,16 @@ pub mod app;
 pub mod bindings;
 pub mod capabilities;
 pub mod cli;
+pub mod config;
 pub mod drain;
 pub mod events;
 pub mod mcp;
+pub mod metrics;
 pub mod policy;
 pub mod relay;
 pub mod runtime;
 pub mod scheduler;
 pub mod state;
 pub mod store;
+pub mod swap;
 pub mod tenant;

@@ -3,7 +3,7 @@
 use anyhow::Context;
 use clap::Parser;
 use settle::app::{Runner, RunnerConfig};
-use settle::cli::{Cli, Command};
+use settle::cli::{Cli, Command, ReloadArgs, ServeArgs};
 
 fn init_logging() {
     // stdout belongs to MCP on stdio; logs always go to stderr.
@@ -41,28 +41,90 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// The pid file, removed again when the server exits.
+struct PidFile(std::path::PathBuf);
+
+impl PidFile {
+    fn write(path: &std::path::Path) -> anyhow::Result<PidFile> {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .with_context(|| format!("--pid-file {}: cannot write", path.display()))?;
+        Ok(PidFile(path.to_path_buf()))
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let config = RunnerConfig::from_args(&args)?;
+    if args.http.is_none() && config.tenants.len() != 1 {
+        anyhow::bail!(
+            "stdio serves one tenant, and the tenants file has {}: choose one with --tenant",
+            config.tenants.len()
+        );
+    }
+    let runner = Runner::start(config).await?;
+    #[cfg(unix)]
+    runner.reload_on_sighup()?;
+    let _pid_file = args.pid_file.as_deref().map(PidFile::write).transpose()?;
+    match args.http {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--http {addr}: cannot listen"))?;
+            let local = listener.local_addr()?;
+            match &args.config {
+                None => tracing::info!("serving MCP at http://{local}/mcp"),
+                Some(_) => tracing::info!("serving MCP at http://{local}/t/{{tenant}}/mcp"),
+            }
+            runner.serve_http(listener, shutdown_signal()).await
+        }
+        None => {
+            tracing::info!("serving MCP on stdio");
+            runner
+                .serve_stdio(tokio::io::stdin(), tokio::io::stdout(), shutdown_signal())
+                .await
+        }
+    }
+}
+
+/// `settle reload`: SIGHUP to the server named by a pid file or pid.
+fn reload(args: ReloadArgs) -> anyhow::Result<()> {
+    let pid = match (args.pid, &args.pid_file) {
+        (Some(pid), _) => pid,
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).with_context(|| {
+                format!(
+                    "--pid-file {}: cannot read it (is `settle serve --pid-file` running?)",
+                    path.display()
+                )
+            })?;
+            text.trim().parse().with_context(|| {
+                format!(
+                    "--pid-file {}: {:?} is not a process id",
+                    path.display(),
+                    text.trim()
+                )
+            })?
+        }
+        (None, None) => anyhow::bail!("give --pid-file or --pid"),
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .with_context(|| format!("cannot signal process {pid}"))?;
+    eprintln!("settle: asked process {pid} to reload its plugins; its log reports each swap");
+    Ok(())
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve(args) => {
-            let config = RunnerConfig::from_args(&args)?;
-            let runner = Runner::start(config).await?;
-            match args.http {
-                Some(addr) => {
-                    let listener = tokio::net::TcpListener::bind(addr)
-                        .await
-                        .with_context(|| format!("--http {addr}: cannot listen"))?;
-                    let local = listener.local_addr()?;
-                    tracing::info!("serving MCP at http://{local}/mcp");
-                    runner.serve_http(listener, shutdown_signal()).await
-                }
-                None => {
-                    tracing::info!("serving MCP on stdio");
-                    runner
-                        .serve_stdio(tokio::io::stdin(), tokio::io::stdout(), shutdown_signal())
-                        .await
-                }
-            }
-        }
+        Command::Serve(args) => serve(*args).await,
+        Command::Reload(args) => reload(args),
     }
 }
 

@@ -20,8 +20,8 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
-/// How often the engine's epoch advances. A call's deadline is counted in
-/// these ticks, so this is also the precision of a deadline.
+/// How often the engine's epoch advances: a running plugin yields its
+/// thread this often, and a deadline is checked this often.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Plugin instances that may exist at once across all tenants. Bounds the
@@ -56,6 +56,18 @@ pub enum Fault {
     /// No instance could be made (no pool slot, shutdown, a link failure).
     #[error("plugin could not be instantiated: {0}")]
     Instantiate(String),
+}
+
+impl Fault {
+    /// A short name for metrics: `deadline`, `memory`, `trap`, `instantiate`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::Deadline(_) => "deadline",
+            Fault::Memory(_) => "memory",
+            Fault::Trap(_) => "trap",
+            Fault::Instantiate(_) => "instantiate",
+        }
+    }
 }
 
 /// Why a plugin was refused at load time.
@@ -105,6 +117,9 @@ pub struct Plugin {
     pre: DevicePluginPre<HostState>,
     /// Where it was loaded from, for logs and errors.
     pub source: PathBuf,
+    /// SHA-256 of the component's bytes (hex): a reload of the same bytes
+    /// is not a swap.
+    pub digest: String,
     /// The tool list, read once: it must not change while the plugin does not.
     tools: tokio::sync::OnceCell<Arc<Vec<Tool>>>,
     /// What it serves beyond tools (`ServerCapabilities` JSON), read once.
@@ -211,7 +226,11 @@ impl Runtime {
             path: path.to_path_buf(),
             source,
         })?;
-        let component = self.compile(path, &bytes)?;
+        let digest = {
+            use sha2::Digest;
+            format!("{:x}", sha2::Sha256::digest(&bytes))
+        };
+        let component = self.compile(path, &bytes, &digest)?;
         let interface = |e: wasmtime::Error| LoadError::Interface {
             path: path.to_path_buf(),
             message: format!("{e:#}"),
@@ -221,6 +240,7 @@ impl Runtime {
         Ok(Plugin {
             pre,
             source: path.to_path_buf(),
+            digest,
             tools: tokio::sync::OnceCell::new(),
             capabilities: tokio::sync::OnceCell::new(),
         })
@@ -231,7 +251,7 @@ impl Runtime {
     /// engine's compatibility hash (its settings and wasmtime's version) and
     /// settle's version, so an artifact is never loaded into an engine it was
     /// not made for; wasmtime checks the same again when it loads one.
-    fn compile(&self, path: &Path, bytes: &[u8]) -> Result<Component, LoadError> {
+    fn compile(&self, path: &Path, bytes: &[u8], digest: &str) -> Result<Component, LoadError> {
         let compile_error = |e: wasmtime::Error| LoadError::Compile {
             path: path.to_path_buf(),
             message: format!("{e:#}"),
@@ -239,7 +259,7 @@ impl Runtime {
         let Some(dir) = &self.cache_dir else {
             return Component::new(&self.engine, bytes).map_err(compile_error);
         };
-        let artifact = dir.join(format!("{}.cwasm", self.artifact_key(bytes)));
+        let artifact = dir.join(format!("{}.cwasm", self.artifact_key(digest)));
         if artifact.is_file() {
             // SAFETY: settle writes this directory with `Component::serialize`
             // of an engine whose compatibility hash is part of the name.
@@ -258,16 +278,14 @@ impl Runtime {
         Ok(component)
     }
 
-    fn artifact_key(&self, bytes: &[u8]) -> String {
-        use sha2::Digest;
+    fn artifact_key(&self, digest: &str) -> String {
         use std::hash::{Hash, Hasher};
         let mut engine = std::collections::hash_map::DefaultHasher::new();
         self.engine
             .precompile_compatibility_hash()
             .hash(&mut engine);
         format!(
-            "{:x}-{:016x}-{}",
-            sha2::Sha256::digest(bytes),
+            "{digest}-{:016x}-{}",
             engine.finish(),
             env!("CARGO_PKG_VERSION")
         )
@@ -279,13 +297,24 @@ impl Runtime {
         tenant: &'t Tenant,
         request: Option<Arc<dyn RequestNotifier>>,
     ) -> Result<Call<'t>, Fault> {
+        self.start_on(tenant, tenant.plugin.load_full(), request)
+            .await
+    }
+
+    /// A fresh instance of `plugin` (the tenant's, or one being tried
+    /// before a swap) under the tenant's limits.
+    async fn start_on<'t>(
+        &self,
+        tenant: &'t Tenant,
+        plugin: Arc<Plugin>,
+        request: Option<Arc<dyn RequestNotifier>>,
+    ) -> Result<Call<'t>, Fault> {
         // Closed only at shutdown, after which no call starts.
         let permit = tenant
             .calls
             .acquire()
             .await
             .map_err(|_| Fault::Instantiate("the runner is shutting down".into()))?;
-        let plugin = tenant.plugin.load_full();
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
         let state = HostState::new(
             tenant.context.clone(),
@@ -297,9 +326,18 @@ impl Runtime {
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let timeout = tenant.context.limits.call_timeout;
-        let ticks = (timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
-        store.set_epoch_deadline(ticks);
-        store.epoch_deadline_trap();
+        // Every epoch tick, a running plugin hands its thread back to the
+        // executor, so a plugin that never returns delays nobody else's
+        // calls; once the call's time is up it is stopped.
+        let deadline = std::time::Instant::now() + timeout;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if std::time::Instant::now() >= deadline {
+                Ok(wasmtime::UpdateDeadline::Interrupt)
+            } else {
+                Ok(wasmtime::UpdateDeadline::Yield(1))
+            }
+        });
         let instance = plugin
             .pre
             .instantiate_async(&mut store)
@@ -313,6 +351,7 @@ impl Runtime {
                 timeout,
                 memory_hit,
                 stderr,
+                source: plugin.source.clone(),
                 _permit: permit,
             },
         })
@@ -320,11 +359,19 @@ impl Runtime {
 
     /// The plugin's tools, read once per loaded plugin.
     pub async fn list_tools(&self, tenant: &Tenant) -> Result<Arc<Vec<Tool>>, Fault> {
-        let plugin = tenant.plugin.load_full();
+        self.tools_of(tenant, tenant.plugin.load_full()).await
+    }
+
+    /// The tools of `plugin`, run as `tenant`, read once per plugin.
+    pub async fn tools_of(
+        &self,
+        tenant: &Tenant,
+        plugin: Arc<Plugin>,
+    ) -> Result<Arc<Vec<Tool>>, Fault> {
         plugin
             .tools
             .get_or_try_init(|| async {
-                let mut call = self.start(tenant, None).await?;
+                let mut call = self.start_on(tenant, plugin.clone(), None).await?;
                 let exports = call.instance.settle_plugin_plugin();
                 let tools = call
                     .probe
@@ -339,11 +386,20 @@ impl Runtime {
     /// What the plugin serves beyond tools, read once per loaded plugin. A
     /// reply that is not JSON counts as `{}` and is logged.
     pub async fn capabilities(&self, tenant: &Tenant) -> Result<Arc<serde_json::Value>, Fault> {
-        let plugin = tenant.plugin.load_full();
+        self.capabilities_of(tenant, tenant.plugin.load_full())
+            .await
+    }
+
+    /// What `plugin`, run as `tenant`, serves beyond tools; read once.
+    pub async fn capabilities_of(
+        &self,
+        tenant: &Tenant,
+        plugin: Arc<Plugin>,
+    ) -> Result<Arc<serde_json::Value>, Fault> {
         plugin
             .capabilities
             .get_or_try_init(|| async {
-                let mut call = self.start(tenant, None).await?;
+                let mut call = self.start_on(tenant, plugin.clone(), None).await?;
                 let exports = call.instance.settle_plugin_plugin();
                 let json = call
                     .probe
@@ -468,28 +524,38 @@ struct Probe<'t> {
     timeout: Duration,
     memory_hit: Arc<AtomicBool>,
     stderr: MemoryOutputPipe,
+    /// The file the running plugin was loaded from, for the log.
+    source: PathBuf,
     _permit: tokio::sync::SemaphorePermit<'t>,
 }
 
 impl Probe<'_> {
     /// Runs the call under its deadline and turns a failure into a [`Fault`],
-    /// logged with the tenant's name.
+    /// logged with the tenant's name; counts it either way.
     async fn guard<R>(
         &self,
         what: &str,
         call: impl Future<Output = wasmtime::Result<R>>,
     ) -> Result<R, Fault> {
+        let started = std::time::Instant::now();
+        let metrics = &self.tenant.context.metrics;
+        let tenant = self.tenant.name();
         let fault = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(value)) => return Ok(value),
+            Ok(Ok(value)) => {
+                metrics.call(tenant, what, "ok", started.elapsed());
+                return Ok(value);
+            }
             Err(_elapsed) => Fault::Deadline(self.timeout),
             Ok(Err(error)) => self.classify(&error),
         };
+        metrics.call(tenant, what, fault.kind(), started.elapsed());
+        metrics.fault(tenant, fault.kind());
         let stderr = String::from_utf8_lossy(&self.stderr.contents())
             .trim()
             .to_string();
         tracing::error!(
             tenant = %self.tenant.name(),
-            plugin = %self.tenant.plugin.load().source.display(),
+            plugin = %self.source.display(),
             call = what,
             stderr = %stderr,
             "{fault}"

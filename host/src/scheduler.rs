@@ -98,9 +98,9 @@ impl Scheduler {
         }
         let mut running = JoinSet::new();
         for ((namespace, group), task_ids) in groups {
-            let Some(tenant) = self.tenants.get(&namespace) else {
+            let Some(tenant) = self.tenants.by_namespace(&namespace) else {
                 tracing::warn!(
-                    tenant = %namespace,
+                    namespace = %namespace,
                     "scheduler: due tasks of a tenant that is not configured; leaving them"
                 );
                 continue;

@@ -85,7 +85,7 @@ impl HostState {
             },
             kv: KvCtx {
                 store,
-                namespace: tenant.name.clone(),
+                namespace: tenant.namespace.clone(),
             },
             limiter: MemoryLimiter::new(tenant.limits.memory_bytes),
             tenant,

@@ -1,13 +1,17 @@
 //! A tenant: one user of the runner, with its own plugin, settings,
 //! outbound allow-list, limits and store namespace.
+//!
+//! A tenant's plugin can be swapped while it serves: new calls start on the
+//! new plugin, calls in flight finish on the one they started on (each
+//! holds its own `Arc`).
 
 use crate::events::Hub;
+use crate::metrics::Metrics;
 use crate::policy::OutboundPolicy;
 use crate::runtime::Plugin;
 use arc_swap::ArcSwap;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// What bounds one tenant's use of the runner.
@@ -31,18 +35,14 @@ impl Default for Limits {
     }
 }
 
-/// Counters an operator reads.
-#[derive(Default, Debug)]
-pub struct TenantStats {
-    /// Outbound requests the allow-list refused.
-    pub denied_outbound: AtomicU64,
-}
-
 /// Everything a plugin call needs to know about its tenant. Shared, never
 /// mutated: a new configuration makes a new context.
 pub struct TenantContext {
-    /// The tenant's name, also its store namespace.
+    /// The tenant's name: in its URL, its logs and its metrics.
     pub name: String,
+    /// Where its data lives in the store. Tenants never share one, so this
+    /// is what keeps one tenant's tasks out of another's reach.
+    pub namespace: String,
     /// Values the plugin reads through `wasi:config`.
     pub plugin_config: BTreeMap<String, String>,
     /// Where its plugin may send HTTP requests.
@@ -51,14 +51,14 @@ pub struct TenantContext {
     pub limits: Limits,
     /// Where the plugin's change notices go (shared by all tenants).
     pub events: Arc<Hub>,
-    /// Counters for operators.
-    pub stats: TenantStats,
+    /// What operators see (shared by all tenants, labelled by name).
+    pub metrics: Arc<Metrics>,
 }
 
 impl TenantContext {
     /// Counts one refused outbound request.
     pub fn count_denied(&self) {
-        self.stats.denied_outbound.fetch_add(1, Ordering::Relaxed);
+        self.metrics.denied(&self.name);
     }
 }
 
@@ -71,6 +71,8 @@ pub struct Tenant {
     pub plugin: ArcSwap<Plugin>,
     /// Admits at most `limits.max_concurrent_calls` calls at once.
     pub calls: tokio::sync::Semaphore,
+    /// Held while a swap of this tenant's plugin is under way.
+    pub swapping: tokio::sync::Mutex<()>,
 }
 
 impl Tenant {
@@ -81,6 +83,7 @@ impl Tenant {
             context: Arc::new(context),
             plugin: ArcSwap::from_pointee(plugin),
             calls: tokio::sync::Semaphore::new(permits),
+            swapping: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -90,21 +93,25 @@ impl Tenant {
     }
 }
 
-/// Every tenant the runner serves, by name.
+/// Every tenant the runner serves, by name and by store namespace.
 #[derive(Default)]
 pub struct Tenants {
     by_name: HashMap<String, Arc<Tenant>>,
+    by_namespace: HashMap<String, Arc<Tenant>>,
 }
 
 impl Tenants {
     /// A registry of these tenants.
     pub fn new(tenants: impl IntoIterator<Item = Tenant>) -> Tenants {
-        Tenants {
-            by_name: tenants
-                .into_iter()
-                .map(|t| (t.name().to_string(), Arc::new(t)))
-                .collect(),
+        let mut registry = Tenants::default();
+        for tenant in tenants {
+            let tenant = Arc::new(tenant);
+            registry
+                .by_namespace
+                .insert(tenant.context.namespace.clone(), tenant.clone());
+            registry.by_name.insert(tenant.name().to_string(), tenant);
         }
+        registry
     }
 
     /// The tenant called `name`.
@@ -112,8 +119,16 @@ impl Tenants {
         self.by_name.get(name).cloned()
     }
 
-    /// Every tenant.
+    /// The tenant whose data lives in `namespace`: the scheduler finds a due
+    /// task's owner this way.
+    pub fn by_namespace(&self, namespace: &str) -> Option<Arc<Tenant>> {
+        self.by_namespace.get(namespace).cloned()
+    }
+
+    /// Every tenant, in name order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Tenant>> {
-        self.by_name.values()
+        let mut all: Vec<_> = self.by_name.values().collect();
+        all.sort_by(|a, b| a.name().cmp(b.name()));
+        all.into_iter()
     }
 }

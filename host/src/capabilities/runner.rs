@@ -80,6 +80,14 @@ impl wit::Host for RunnerView<'_> {
     }
 
     async fn task_changed(&mut self, task: TaskView) -> wasmtime::Result<()> {
+        if task.terminal {
+            let status = serde_json::from_str::<serde_json::Value>(&task.detailed)
+                .ok()
+                .and_then(|d| d["status"].as_str().map(ended_status));
+            self.tenant
+                .metrics
+                .task(&self.tenant.name, status.unwrap_or("unknown"));
+        }
         self.tenant.events.publish_task(&self.tenant.name, task);
         Ok(())
     }
@@ -139,5 +147,16 @@ impl wit::Host for RunnerView<'_> {
             wit::Level::Trace => tracing::trace!(%tenant, "plugin: {message}"),
         }
         Ok(())
+    }
+}
+
+/// A terminal status as a metrics label; anything else a plugin reports is
+/// `other`, so a plugin cannot invent label values.
+fn ended_status(status: &str) -> &'static str {
+    match status {
+        "completed" => "completed",
+        "failed" => "failed",
+        "cancelled" => "cancelled",
+        _ => "other",
     }
 }

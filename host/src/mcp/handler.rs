@@ -144,7 +144,8 @@ impl Settle {
         &self.tenant().context.events
     }
 
-    pub(super) fn tenant_name(&self) -> &str {
+    /// The tenant this server serves.
+    pub fn tenant_name(&self) -> &str {
         self.tenant().name()
     }
 
@@ -460,7 +461,11 @@ impl Settle {
                     CallOutcome::InputRequired(json) => {
                         Answer::Questions(questions_from_plugin(&json)?)
                     }
-                    CallOutcome::Task(view) => Answer::Task(view),
+                    CallOutcome::Task(view) => {
+                        let context = &self.tenant().context;
+                        context.metrics.task(&context.name, "created");
+                        Answer::Task(view)
+                    }
                 })
             }
             Target::Request { method, params } => {

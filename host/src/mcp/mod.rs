@@ -5,6 +5,8 @@
 //! and named where it is added (`frame` for parse errors, the era gate on
 //! tasks in `handler`).
 
+pub mod admin;
+pub mod auth;
 pub mod frame;
 pub mod handler;
 pub mod http;

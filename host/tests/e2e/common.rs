@@ -46,6 +46,17 @@ pub fn plugin_path() -> PathBuf {
     path
 }
 
+/// The hostile plugin (`examples/hostile-plugin`) `make fixtures` builds.
+pub fn hostile_plugin_path() -> PathBuf {
+    let path = target_dir().join("wasm32-wasip2/release/settle_hostile.wasm");
+    assert!(
+        path.exists(),
+        "{} is missing: run `make fixtures` (or `make test`, which builds it) first",
+        path.display()
+    );
+    path
+}
+
 /// The simulator with the given actuation delay.
 pub async fn sim(delay: Duration) -> RunningSim {
     device_sim::spawn(SimConfig {
@@ -93,10 +104,18 @@ pub fn config(extra: &[&str]) -> RunnerConfig {
         argv.extend(["--cache-dir", cache.to_str().unwrap()]);
     }
     argv.extend_from_slice(extra);
-    let Cli {
-        command: Command::Serve(args),
-    } = Cli::try_parse_from(&argv).expect("test arguments parse");
-    RunnerConfig::from_args(&args).expect("test configuration is valid")
+    RunnerConfig::from_args(&serve_args(&argv)).expect("test configuration is valid")
+}
+
+/// `settle serve` arguments, parsed as the binary parses them.
+pub fn serve_args(argv: &[&str]) -> settle::cli::ServeArgs {
+    match Cli::try_parse_from(argv)
+        .expect("test arguments parse")
+        .command
+    {
+        Command::Serve(args) => *args,
+        other => panic!("not `settle serve`: {other:?}"),
+    }
 }
 
 /// Starts settle over HTTP on 127.0.0.1:0 with `extra` arguments.
@@ -141,7 +160,23 @@ pub type Client = RunningService<RoleClient, ClientConfig>;
 
 /// A 2026-07-28 (stateless) rmcp client over HTTP.
 pub async fn modern_http_client(url: &str, declares: Declares) -> Client {
-    let transport = StreamableHttpClientTransport::from_uri(url.to_string());
+    modern_http_client_with_token(url, None, declares).await
+}
+
+/// A 2026-07-28 rmcp client over HTTP presenting a bearer token.
+pub async fn modern_http_client_with_token(
+    url: &str,
+    token: Option<&str>,
+    declares: Declares,
+) -> Client {
+    let mut config =
+        rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+            url.to_string(),
+        );
+    if let Some(token) = token {
+        config = config.auth_header(token.to_string());
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
     client_info(declares)
         .serve_with_lifecycle(
             transport,
@@ -232,6 +267,44 @@ pub async fn wait_for_end(client: &Client, task_id: &str) -> Value {
     }
 }
 
+pub const MODERN: &str = "2026-07-28";
+
+pub fn meta(tasks: bool) -> Value {
+    let caps = if tasks {
+        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
+    } else {
+        json!({})
+    };
+    json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": caps,
+    })
+}
+
+/// POSTs one raw message with the headers a modern client sends, and
+/// returns the status and the JSON-RPC message (from JSON or SSE).
+pub async fn post(url: &str, body: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.expect("request reaches settle");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    let json = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data:").map(str::trim))
+        .filter(|d| !d.is_empty())
+        .and_then(|d| serde_json::from_str(d).ok())
+        .or_else(|| serde_json::from_str(&text).ok())
+        .unwrap_or(Value::String(text));
+    (status, json)
+}
+
 /// Control and sensor request counts the simulator saw for a device.
 pub fn sim_counts(sim: &RunningSim, device: &str) -> (u64, u64) {
     let stats = sim.sim().stats();
@@ -251,17 +324,19 @@ impl Process {
     /// Starts `settle serve --http 127.0.0.1:0` with `extra` arguments and
     /// waits until it says where it listens.
     pub async fn start(extra: &[&str]) -> Process {
-        use tokio::io::AsyncBufReadExt;
         let plugin = plugin_path();
+        let mut args = vec!["--plugin", plugin.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Process::start_with(&args).await
+    }
+
+    /// Starts `settle serve --http 127.0.0.1:0` with exactly `args` (no
+    /// default plugin: for `--config`).
+    pub async fn start_with(args: &[&str]) -> Process {
+        use tokio::io::AsyncBufReadExt;
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_settle"))
-            .args([
-                "serve",
-                "--http",
-                "127.0.0.1:0",
-                "--plugin",
-                plugin.to_str().unwrap(),
-            ])
-            .args(extra)
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(args)
             .env("NO_COLOR", "1")
             .env("SETTLE_CACHE_DIR", cache_dir())
             .stdin(std::process::Stdio::null())
@@ -326,6 +401,17 @@ pub struct Listen {
 impl Listen {
     /// Opens a listen stream on `url` with `notifications` as the filter.
     pub async fn open(url: &str, id: u64, notifications: Value, capabilities: Value) -> Listen {
+        Listen::open_with_token(url, None, id, notifications, capabilities).await
+    }
+
+    /// Opens a listen stream presenting a bearer token.
+    pub async fn open_with_token(
+        url: &str,
+        token: Option<&str>,
+        id: u64,
+        notifications: Value,
+        capabilities: Value,
+    ) -> Listen {
         let body = json!({
             "jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
             "params": {
@@ -336,12 +422,16 @@ impl Listen {
                 },
             },
         });
-        let response = reqwest::Client::new()
+        let mut request = reqwest::Client::new()
             .post(url)
             .header("accept", "application/json, text/event-stream")
             .header("content-type", "application/json")
             .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "subscriptions/listen")
+            .header("mcp-method", "subscriptions/listen");
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request
             .body(body.to_string())
             .send()
             .await

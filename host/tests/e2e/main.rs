@@ -13,3 +13,4 @@ mod outbound;
 mod replicas;
 mod stdio;
 mod tasks;
+mod tenants;

@@ -6,44 +6,6 @@ use rmcp::model::{CallToolResponse, CancelTaskParams, GetTaskParams, TaskStatus}
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-const MODERN: &str = "2026-07-28";
-
-fn meta(tasks: bool) -> Value {
-    let caps = if tasks {
-        json!({"extensions": {"io.modelcontextprotocol/tasks": {}}})
-    } else {
-        json!({})
-    };
-    json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN,
-        "io.modelcontextprotocol/clientCapabilities": caps,
-    })
-}
-
-/// POSTs one raw message with the headers a modern client sends, and
-/// returns the status and the JSON-RPC message (from JSON or SSE).
-async fn post(url: &str, body: &str, headers: &[(&str, &str)]) -> (u16, Value) {
-    let mut request = reqwest::Client::new()
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .body(body.to_string());
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = request.send().await.expect("request reaches settle");
-    let status = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    let json = text
-        .lines()
-        .find_map(|l| l.strip_prefix("data:").map(str::trim))
-        .filter(|d| !d.is_empty())
-        .and_then(|d| serde_json::from_str(d).ok())
-        .or_else(|| serde_json::from_str(&text).ok())
-        .unwrap_or(Value::String(text));
-    (status, json)
-}
-
 /// A well-formed modern request with its required headers.
 async fn request(
     url: &str,

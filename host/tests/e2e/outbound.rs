@@ -82,8 +82,7 @@ async fn by_default_only_the_device_api_origin_is_allowed() {
     let sim = sim(Duration::from_millis(100)).await;
     let api = sim.base_url();
     let config = config(&["--device-api", &api]);
-    let origins: Vec<String> = config
-        .tenant
+    let origins: Vec<String> = config.tenants[0]
         .policy
         .origins()
         .iter()
@@ -94,7 +93,6 @@ async fn by_default_only_the_device_api_origin_is_allowed() {
 
 #[test]
 fn a_malformed_allow_list_entry_is_refused_at_start_with_the_expected_form() {
-    use clap::Parser;
     let plugin = plugin_path();
     let argv = [
         "settle",
@@ -106,9 +104,7 @@ fn a_malformed_allow_list_entry_is_refused_at_start_with_the_expected_form() {
         "--allow-outbound",
         "127.0.0.1:8081",
     ];
-    let settle::cli::Cli {
-        command: settle::cli::Command::Serve(args),
-    } = settle::cli::Cli::try_parse_from(argv).unwrap();
+    let args = serve_args(&argv);
     let err = settle::app::RunnerConfig::from_args(&args)
         .err()
         .expect("refused");

@@ -1,0 +1,210 @@
+//! What operators can see, per tenant, in the Prometheus text format at
+//! `/metrics`: plugin calls and their latency, tasks by outcome, denied
+//! outbound requests, plugin faults and plugin swaps.
+//!
+//! Labels are tenant names, call names, outcomes and statuses only: never a
+//! token, a URL or anything a device reported.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    tenant: String,
+    call: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabels {
+    tenant: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FaultLabels {
+    tenant: String,
+    kind: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 µs to about 6.5 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 17))
+}
+
+/// The runner's metrics.
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    latency: Family<TenantLabels, Histogram, fn() -> Histogram>,
+    tasks: Family<StatusLabels, Counter>,
+    denied: Family<TenantLabels, Counter>,
+    faults: Family<FaultLabels, Counter>,
+    swaps: Family<StatusLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("settle");
+        let calls = Family::<CallLabels, Counter>::default();
+        registry.register(
+            "plugin_calls",
+            "Plugin calls by tenant, call and outcome",
+            calls.clone(),
+        );
+        let latency = Family::<TenantLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "plugin_call_seconds",
+            "Wall time of plugin calls by tenant",
+            latency.clone(),
+        );
+        let tasks = Family::<StatusLabels, Counter>::default();
+        registry.register(
+            "tasks",
+            "Tasks by tenant and status: created, and each way they ended",
+            tasks.clone(),
+        );
+        let denied = Family::<TenantLabels, Counter>::default();
+        registry.register(
+            "outbound_denied",
+            "Outbound requests the tenant's allow-list refused",
+            denied.clone(),
+        );
+        let faults = Family::<FaultLabels, Counter>::default();
+        registry.register(
+            "plugin_faults",
+            "Plugin calls stopped by a deadline, the memory limit or a trap",
+            faults.clone(),
+        );
+        let swaps = Family::<StatusLabels, Counter>::default();
+        registry.register(
+            "plugin_swaps",
+            "Plugin swaps by tenant and result (loaded, refused)",
+            swaps.clone(),
+        );
+        Metrics {
+            registry,
+            calls,
+            latency,
+            tasks,
+            denied,
+            faults,
+            swaps,
+        }
+    }
+}
+
+impl Metrics {
+    /// A plugin call ended; `outcome` is `ok` or a fault kind.
+    pub fn call(&self, tenant: &str, call: &str, outcome: &str, took: Duration) {
+        self.calls
+            .get_or_create(&CallLabels {
+                tenant: tenant.to_string(),
+                call: call.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+        self.latency
+            .get_or_create(&TenantLabels {
+                tenant: tenant.to_string(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// A plugin call was stopped.
+    pub fn fault(&self, tenant: &str, kind: &str) {
+        self.faults
+            .get_or_create(&FaultLabels {
+                tenant: tenant.to_string(),
+                kind: kind.to_string(),
+            })
+            .inc();
+    }
+
+    /// A task was created, or ended with `status`.
+    pub fn task(&self, tenant: &str, status: &str) {
+        self.tasks
+            .get_or_create(&StatusLabels {
+                tenant: tenant.to_string(),
+                status: status.to_string(),
+            })
+            .inc();
+    }
+
+    /// An outbound request was refused.
+    pub fn denied(&self, tenant: &str) {
+        self.denied
+            .get_or_create(&TenantLabels {
+                tenant: tenant.to_string(),
+            })
+            .inc();
+    }
+
+    /// A plugin swap was tried; `result` is `loaded` or `refused`.
+    pub fn swap(&self, tenant: &str, result: &str) {
+        self.swaps
+            .get_or_create(&StatusLabels {
+                tenant: tenant.to_string(),
+                status: result.to_string(),
+            })
+            .inc();
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_rendered_per_tenant() {
+        let m = Metrics::default();
+        m.call("alice", "call-tool", "ok", Duration::from_millis(3));
+        m.fault("bob", "deadline");
+        m.task("alice", "completed");
+        m.denied("bob");
+        m.swap("alice", "loaded");
+        let text = m.render();
+        assert!(
+            text.contains(
+                r#"settle_plugin_calls_total{tenant="alice",call="call-tool",outcome="ok"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"settle_plugin_faults_total{tenant="bob",kind="deadline"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"settle_tasks_total{tenant="alice",status="completed"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"settle_outbound_denied_total{tenant="bob"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"settle_plugin_swaps_total{tenant="alice",status="loaded"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains("settle_plugin_call_seconds_bucket"), "{text}");
+    }
+}
