@@ -55,7 +55,7 @@ redis:
 	  || (sudo apt-get update -qq && sudo apt-get install -y -qq redis-server >/dev/null); }
 
 # Unit tests of every crate, the plugins' pure modules included (native).
-test-unit:
+test-unit: guest
 	$(CARGO) test --workspace --lib --bins
 
 # End-to-end: the real component in the real runtime against the simulator,
@@ -78,8 +78,10 @@ conformance: guest fixtures
 
 test: lint test-all conformance
 
-bench: guest
+bench: guest fixtures
+	$(CARGO) build --release -p settle --bin settle
 	$(CARGO) run --release -p settle --example bench
+	$(CARGO) run --release -p settle --example bench_tenants
 
 # Very many tasks in flight: one runner on the embedded store, then two
 # replicas on Redis. TASKS, DEVICES, DELAY_MS and POLL_MS scale it down.

@@ -502,6 +502,27 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_example_file_is_valid() {
+        // SAFETY: tests set variables only they read.
+        for var in [
+            "SETTLE_ADMIN_TOKEN",
+            "SETTLE_METRICS_TOKEN",
+            "ALICE_TOKEN",
+            "BOB_TOKEN",
+        ] {
+            unsafe { std::env::set_var(var, format!("{var}-value")) };
+        }
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/settle.toml");
+        let file = TenantsFile::load(&path).unwrap_or_else(|e| {
+            panic!("{e} (the example names the device plugin `make guest` builds)")
+        });
+        let names: Vec<_> = file.tenants.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["alice", "bob"]);
+        assert!(file.admin_token.is_some() && file.metrics_token.is_some());
+        assert_eq!(file.tenants[1].limits.memory_bytes, 32 << 20);
+    }
+
+    #[test]
     fn tenant_names_must_fit_urls_and_namespaces() {
         let dir = tempfile::tempdir().unwrap();
         let plugin = plugin_file(dir.path());
