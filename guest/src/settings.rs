@@ -9,7 +9,7 @@ use crate::task::Timing;
 pub const KEYS: &[(&str, &str)] = &[
     ("device_api", "base URL of the device API (required)"),
     ("device_token", "bearer token for the device API"),
-    ("driver", "which API shape to speak: sim"),
+    ("driver", "which API shape to speak: sim or homeassistant"),
     ("ttl_ms", "task lifetime from creation"),
     (
         "poll_interval_ms",

@@ -141,6 +141,7 @@ impl RunnerConfig {
         let mut plugin_config: BTreeMap<String, String> =
             args.plugin_config.iter().cloned().collect();
         plugin_config.insert("device_api".into(), args.device_api.clone());
+        plugin_config.insert("driver".into(), args.driver.clone());
         if let Some(token) = &args.device_token {
             plugin_config.insert("device_token".into(), token.clone());
         }

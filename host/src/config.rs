@@ -58,6 +58,7 @@ struct ServerSection {
 struct TenantSection {
     plugin: Spanned<String>,
     device_api: Spanned<String>,
+    driver: Option<Spanned<String>>,
     device_token_env: Option<Spanned<String>>,
     device_token_file: Option<Spanned<String>>,
     token_env: Option<Spanned<String>>,
@@ -362,6 +363,18 @@ impl TenantsFile {
                 plugin_config.insert(key.clone(), text);
             }
             plugin_config.insert("device_api".into(), device_api.clone());
+            if let Some(driver) = &t.driver {
+                if !matches!(driver.get_ref().as_str(), "sim" | "homeassistant") {
+                    return Err(at.error(
+                        driver.span(),
+                        format!(
+                            "tenant {name}: driver {:?} is not one settle has (sim, homeassistant)",
+                            driver.get_ref()
+                        ),
+                    ));
+                }
+                plugin_config.insert("driver".into(), driver.get_ref().clone());
+            }
             if let Some(token) = device_token {
                 plugin_config.insert("device_token".into(), token.0);
             }

@@ -5,6 +5,7 @@
 //! never decides whether a command worked: that verdict belongs to the task
 //! state machine, from what the sensor endpoint reports.
 
+pub mod homeassistant;
 pub mod sim;
 
 use crate::model::{Field, FieldSpec, Value};

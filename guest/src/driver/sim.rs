@@ -49,7 +49,8 @@ pub fn classify_response(status: u16, body: &[u8]) -> Result<Json, DriverError> 
     let parsed: Option<Json> = serde_json::from_slice(body).ok();
     let message = parsed
         .as_ref()
-        .and_then(|j| j.get("error"))
+        // The simulator says `error`, Home Assistant `message`.
+        .and_then(|j| j.get("error").or_else(|| j.get("message")))
         .and_then(Json::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(200).collect());

@@ -14,7 +14,7 @@ mod set_fan;
 mod set_power_mode;
 mod set_temperature;
 
-use crate::driver::{Driver, sim::SimDriver};
+use crate::driver::{Driver, homeassistant::HomeAssistant, sim::SimDriver};
 use crate::settings::Settings;
 use crate::store::Tasks;
 use crate::task::TaskRecord;
@@ -116,9 +116,14 @@ impl Context {
                 token: settings.device_token.clone(),
                 timeout_ms: settings.http_timeout_ms,
             }),
+            "homeassistant" => Box::new(HomeAssistant {
+                base_url: settings.device_api.clone(),
+                token: settings.device_token.clone(),
+                timeout_ms: settings.http_timeout_ms,
+            }),
             other => {
                 return Err(format!(
-                    "plugin configuration: driver {other:?} is not one this plugin has (sim)"
+                    "plugin configuration: driver {other:?} is not one this plugin has (sim, homeassistant)"
                 ));
             }
         };

@@ -9,7 +9,7 @@ use serde_json::Value as Json;
 pub const DEFINITION: Definition = Definition {
     name: "set_power_mode",
     description: "Set power and/or mode. Returns a task that completes only when the sensors show it.",
-    input_schema: r#"{"type":"object","properties":{"device_id":{"type":"string"},"power":{"enum":["on","off"]},"mode":{"enum":["cool","heat","dry","fan","auto"]},"confirm":{"type":"boolean"}},"required":["device_id"]}"#,
+    input_schema: r#"{"type":"object","properties":{"device_id":{"type":"string"},"power":{"enum":["on","off"]},"mode":{"type":"string","examples":["cool","heat","dry","fan","auto"]},"confirm":{"type":"boolean"}},"required":["device_id"]}"#,
     output_schema: TASK_SCHEMA,
     read_only: false,
 };
