@@ -48,6 +48,12 @@ struct Plugin;
 
 impl Guest for Plugin {
     fn capabilities() -> String {
+        // Read once when the runner loads the plugin: a configuration this
+        // plugin cannot work with (a bad device profile, an unknown driver)
+        // is refused then, not on every call.
+        if let Err(problem) = tools::Context::load() {
+            return serde_json::json!({ "configurationError": problem }).to_string();
+        }
         resources::capabilities().to_string()
     }
 

@@ -9,7 +9,14 @@ use crate::task::Timing;
 pub const KEYS: &[(&str, &str)] = &[
     ("device_api", "base URL of the device API (required)"),
     ("device_token", "bearer token for the device API"),
-    ("driver", "which API shape to speak: sim or homeassistant"),
+    (
+        "driver",
+        "which API shape to speak: sim, profile or homeassistant",
+    ),
+    (
+        "device_profile",
+        "with driver=profile: the device profile (JSON) describing the API",
+    ),
     ("ttl_ms", "task lifetime from creation"),
     (
         "poll_interval_ms",
@@ -44,6 +51,8 @@ pub struct Settings {
     pub device_api: String,
     pub device_token: Option<String>,
     pub driver: String,
+    /// The profile (JSON text) of `driver = "profile"`.
+    pub device_profile: Option<String>,
     pub timing: Timing,
     pub http_timeout_ms: u64,
     /// How old a remembered reading may be to stand in for a command's
@@ -82,6 +91,7 @@ impl Settings {
             device_api,
             device_token: lookup("device_token")?.filter(|t| !t.is_empty()),
             driver: lookup("driver")?.unwrap_or_else(|| "sim".to_string()),
+            device_profile: lookup("device_profile")?.filter(|p| !p.trim().is_empty()),
             timing: Timing {
                 ttl_ms: number("ttl_ms", 300_000)?,
                 poll_interval_ms: number("poll_interval_ms", 1_000)?.max(50),

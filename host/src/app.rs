@@ -141,7 +141,16 @@ impl RunnerConfig {
         let mut plugin_config: BTreeMap<String, String> =
             args.plugin_config.iter().cloned().collect();
         plugin_config.insert("device_api".into(), args.device_api.clone());
-        plugin_config.insert("driver".into(), args.driver.clone());
+        let driver = match (&args.device_profile, args.driver.as_str()) {
+            (Some(path), "sim" | "profile") => {
+                plugin_config.insert("device_profile".into(), read_profile(path)?);
+                "profile"
+            }
+            (Some(_), other) => bail!("--device-profile is for --driver profile, not {other}"),
+            (None, "profile") => bail!("--driver profile needs --device-profile PATH"),
+            (None, other) => other,
+        };
+        plugin_config.insert("driver".into(), driver.into());
         if let Some(token) = &args.device_token {
             plugin_config.insert("device_token".into(), token.clone());
         }
@@ -222,6 +231,22 @@ fn cache_dir(flag: Option<&str>) -> Option<PathBuf> {
     }
 }
 
+/// A device profile's text, checked to be JSON (the plugin checks the rest
+/// when it loads, and names the field that is wrong).
+pub fn read_profile(path: &std::path::Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("device profile {}: cannot read it", path.display()))?;
+    if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
+        bail!(
+            "device profile {}:{}:{}: {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        );
+    }
+    Ok(text)
+}
+
 /// 256 random bits as hex.
 fn random_key() -> String {
     rand::random::<[u8; 32]>()
@@ -298,13 +323,20 @@ impl Runner {
                     source.display()
                 )
             })?;
-            runtime.capabilities(tenant).await.with_context(|| {
+            let capabilities = runtime.capabilities(tenant).await.with_context(|| {
                 format!(
                     "tenant {}: plugin {} failed to say what it serves",
                     tenant.name(),
                     source.display()
                 )
             })?;
+            if let Some(problem) = crate::runtime::configuration_error(&capabilities) {
+                bail!(
+                    "tenant {}: plugin {} refuses its configuration: {problem}",
+                    tenant.name(),
+                    source.display()
+                );
+            }
             tracing::info!(
                 tenant = %tenant.name(),
                 plugin = %source.display(),

@@ -70,7 +70,7 @@ pub struct ServeArgs {
         long,
         env = "SETTLE_CONFIG",
         value_name = "PATH",
-        conflicts_with_all = ["plugin", "device_api", "device_token", "driver", "allow_outbound", "plugin_config", "memory_mib", "call_timeout_ms"]
+        conflicts_with_all = ["plugin", "device_api", "device_token", "driver", "device_profile", "allow_outbound", "plugin_config", "memory_mib", "call_timeout_ms"]
     )]
     pub config: Option<PathBuf>,
 
@@ -96,11 +96,17 @@ pub struct ServeArgs {
     pub device_api: String,
 
     /// The kind of device API: `sim` (settle's simulator and APIs shaped
-    /// like it) or `homeassistant` (climate entities through Home
+    /// like it), `profile` (an API a --device-profile describes) or
+    /// `homeassistant` (climate entities through Home
     /// Assistant's REST API; --device-api is its base URL and
     /// --device-token a long-lived access token).
-    #[arg(long, env = "SETTLE_DRIVER", value_name = "DRIVER", default_value = "sim", value_parser = ["sim", "homeassistant"])]
+    #[arg(long, env = "SETTLE_DRIVER", value_name = "DRIVER", default_value = "sim", value_parser = ["sim", "profile", "homeassistant"])]
     pub driver: String,
+
+    /// A device profile (JSON) describing an HTTP device API, for
+    /// `--driver profile` (which it implies); see profiles/.
+    #[arg(long, env = "SETTLE_DEVICE_PROFILE", value_name = "PATH")]
+    pub device_profile: Option<PathBuf>,
 
     /// Bearer token for the device API. Prefer the environment variable: a
     /// flag is visible to other users in the process list.

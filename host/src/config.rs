@@ -59,6 +59,7 @@ struct TenantSection {
     plugin: Spanned<String>,
     device_api: Spanned<String>,
     driver: Option<Spanned<String>>,
+    device_profile: Option<Spanned<String>>,
     device_token_env: Option<Spanned<String>>,
     device_token_file: Option<Spanned<String>>,
     token_env: Option<Spanned<String>>,
@@ -364,16 +365,25 @@ impl TenantsFile {
             }
             plugin_config.insert("device_api".into(), device_api.clone());
             if let Some(driver) = &t.driver {
-                if !matches!(driver.get_ref().as_str(), "sim" | "homeassistant") {
+                if !matches!(
+                    driver.get_ref().as_str(),
+                    "sim" | "profile" | "homeassistant"
+                ) {
                     return Err(at.error(
                         driver.span(),
                         format!(
-                            "tenant {name}: driver {:?} is not one settle has (sim, homeassistant)",
+                            "tenant {name}: driver {:?} is not one settle has (sim, profile, homeassistant)",
                             driver.get_ref()
                         ),
                     ));
                 }
                 plugin_config.insert("driver".into(), driver.get_ref().clone());
+            }
+            if let Some(profile) = &t.device_profile {
+                let text = crate::app::read_profile(&base.join(profile.get_ref()))
+                    .map_err(|e| at.error(profile.span(), format!("tenant {name}: {e:#}")))?;
+                plugin_config.insert("device_profile".into(), text);
+                plugin_config.insert("driver".into(), "profile".into());
             }
             if let Some(token) = device_token {
                 plugin_config.insert("device_token".into(), token.0);

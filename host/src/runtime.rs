@@ -70,6 +70,14 @@ impl Fault {
     }
 }
 
+/// The problem a plugin reported with its configuration when asked for its
+/// capabilities (`{"configurationError": "..."}`), if it reported one.
+pub fn configuration_error(capabilities: &serde_json::Value) -> Option<&str> {
+    capabilities
+        .get("configurationError")
+        .and_then(serde_json::Value::as_str)
+}
+
 /// Why a plugin was refused at load time.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {

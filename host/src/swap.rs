@@ -110,11 +110,24 @@ impl Swapper {
                 );
             }
         };
-        if let Err(fault) = self.runtime.capabilities_of(tenant, plugin.clone()).await {
-            return self.refused(
-                tenant,
-                format!("{}: capabilities failed: {fault}", plugin.source.display()),
-            );
+        match self.runtime.capabilities_of(tenant, plugin.clone()).await {
+            Err(fault) => {
+                return self.refused(
+                    tenant,
+                    format!("{}: capabilities failed: {fault}", plugin.source.display()),
+                );
+            }
+            Ok(capabilities) => {
+                if let Some(problem) = crate::runtime::configuration_error(&capabilities) {
+                    return self.refused(
+                        tenant,
+                        format!(
+                            "{}: refuses the tenant's configuration: {problem}",
+                            plugin.source.display()
+                        ),
+                    );
+                }
+            }
         }
         let tools_changed = match current.cached_tools() {
             Some(old) => !same_tools(old, &tools),

@@ -18,8 +18,7 @@
 //! `vane_vertical` is `swing_mode`; `vane_horizontal` is
 //! `swing_horizontal_mode`.
 
-use super::sim::classify_response;
-use super::{Accepted, DeviceInfo, Driver, DriverError, Reading};
+use super::{Accepted, DeviceInfo, Driver, DriverError, Reading, classify_response};
 use crate::host::{self, HttpError, HttpRequest};
 use crate::model::{Allowed, Comparison, Field, FieldSpec, Value};
 use crate::url;

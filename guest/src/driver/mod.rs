@@ -6,10 +6,11 @@
 //! state machine, from what the sensor endpoint reports.
 
 pub mod homeassistant;
-pub mod sim;
+pub mod profile;
 
 use crate::model::{Field, FieldSpec, Value};
 use serde::Serialize;
+use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -83,4 +84,54 @@ pub trait Driver {
 
     /// What each writable field accepts on this device and how it compares.
     fn specs(&self, device_id: &str) -> Result<Vec<FieldSpec>, DriverError>;
+}
+
+/// Maps an HTTP answer of the API onto a result, keeping the API's own
+/// `error` message where it gave one.
+pub fn classify_response(status: u16, body: &[u8]) -> Result<Json, DriverError> {
+    let parsed: Option<Json> = serde_json::from_slice(body).ok();
+    let message = parsed
+        .as_ref()
+        // The simulator says `error`, Home Assistant `message`.
+        .and_then(|j| j.get("error").or_else(|| j.get("message")))
+        .and_then(Json::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(200).collect());
+    match status {
+        200..=299 => parsed.ok_or_else(|| {
+            DriverError::BadResponse(format!("status {status} with a body that is not JSON"))
+        }),
+        401 | 403 => Err(DriverError::Unauthorized(format!("{status} {message}"))),
+        404 => Err(DriverError::UnknownDevice(message)),
+        400..=499 => Err(DriverError::Rejected(format!("{status} {message}"))),
+        _ => Err(DriverError::Unreachable(format!(
+            "answered {status} {message}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responses_are_classified_by_status() {
+        assert!(classify_response(200, br#"{"ok":1}"#).is_ok());
+        assert_eq!(
+            classify_response(400, br#"{"error":"mode must be COOL"}"#),
+            Err(DriverError::Rejected("400 mode must be COOL".into()))
+        );
+        assert!(matches!(
+            classify_response(401, b"{}"),
+            Err(DriverError::Unauthorized(_))
+        ));
+        assert!(matches!(
+            classify_response(503, b"busy"),
+            Err(DriverError::Unreachable(m)) if m.contains("503 busy")
+        ));
+        assert!(matches!(
+            classify_response(200, b"not json"),
+            Err(DriverError::BadResponse(_))
+        ));
+    }
 }

@@ -14,7 +14,10 @@ mod set_fan;
 mod set_power_mode;
 mod set_temperature;
 
-use crate::driver::{Driver, homeassistant::HomeAssistant, sim::SimDriver};
+use crate::driver::Driver;
+use crate::driver::homeassistant::HomeAssistant;
+use crate::driver::profile::{Profile, ProfileDriver, SIM_PROFILE};
+use crate::host;
 use crate::settings::Settings;
 use crate::store::Tasks;
 use crate::task::TaskRecord;
@@ -109,13 +112,33 @@ pub struct Context {
 
 impl Context {
     pub fn load() -> Result<Context, String> {
-        let settings = Settings::load()?;
-        let driver: Box<dyn Driver> = match settings.driver.as_str() {
-            "sim" => Box::new(SimDriver {
+        let mut settings = Settings::load()?;
+        let mut profile = |text: &str| -> Result<Box<dyn Driver>, String> {
+            let profile = Profile::parse(text)?;
+            // The profile's timing is the default for its devices; a
+            // setting the operator gave wins.
+            if let Some(timing) = &profile.timing {
+                if let (Some(ms), None) =
+                    (timing.settle_window_ms, host::config("settle_window_ms")?)
+                {
+                    settings.timing.settle_window_ms = ms;
+                }
+                if let (Some(n), None) = (timing.stable_reads, host::config("stable_reads")?) {
+                    settings.timing.stable_reads = n.clamp(1, 100);
+                }
+            }
+            Ok(Box::new(ProfileDriver {
+                profile,
                 base_url: settings.device_api.clone(),
                 token: settings.device_token.clone(),
                 timeout_ms: settings.http_timeout_ms,
-            }),
+            }))
+        };
+        let driver: Box<dyn Driver> = match settings.driver.as_str() {
+            "sim" => profile(SIM_PROFILE)?,
+            "profile" => profile(settings.device_profile.as_deref().ok_or(
+                "plugin configuration: driver \"profile\" needs device_profile (the profile's JSON)",
+            )?)?,
             "homeassistant" => Box::new(HomeAssistant {
                 base_url: settings.device_api.clone(),
                 token: settings.device_token.clone(),
@@ -123,7 +146,7 @@ impl Context {
             }),
             other => {
                 return Err(format!(
-                    "plugin configuration: driver {other:?} is not one this plugin has (sim, homeassistant)"
+                    "plugin configuration: driver {other:?} is not one this plugin has (sim, profile, homeassistant)"
                 ));
             }
         };

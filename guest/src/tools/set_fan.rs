@@ -8,7 +8,7 @@ use serde_json::Value as Json;
 
 pub const DEFINITION: Definition = Definition {
     name: "set_fan",
-    description: "Set fan speed and/or vanes, in the device's own values (a wrong one is answered with the list). Returns a verified task.",
+    description: "Set fan speed and/or vanes. Returns a verified task.",
     input_schema: r#"{"type":"object","properties":{"device_id":{"type":"string"},"speed":{"type":"string","examples":["auto","low","medium","high"]},"vane_vertical":{"type":"string","examples":["auto","up","middle","down","swing"]},"vane_horizontal":{"type":"string","examples":["auto","left","center","right","swing"]},"confirm":{"type":"boolean"}},"required":["device_id"]}"#,
     output_schema: TASK_SCHEMA,
     read_only: false,

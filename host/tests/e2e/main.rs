@@ -11,6 +11,7 @@ mod homeassistant;
 mod lifecycle;
 mod mcp_http;
 mod outbound;
+mod profiles;
 mod replicas;
 mod stdio;
 mod tasks;

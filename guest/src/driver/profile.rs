@@ -1,0 +1,762 @@
+//! Device APIs described as data: a profile (JSON) says how one HTTP device
+//! API lists devices, takes commands and reports sensors, and how each
+//! field is spelled on the way in and on the way out. The plugin receives
+//! it through `wasi:config` (`device_profile`), so reaching another API
+//! needs no Rust.
+//!
+//! The simulator's own API is the built-in profile `sim`
+//! ([`SIM_PROFILE`]); `profiles/` holds more.
+//!
+//! A profile is checked when it is loaded; every problem names the field
+//! (as a path into the profile) and what is wrong with it.
+
+use super::{Accepted, DeviceInfo, Driver, DriverError, Reading, classify_response};
+use crate::host::{self, HttpError, HttpRequest};
+use crate::model::{Allowed, Comparison, Field, FieldSpec, Value};
+use crate::url;
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_json::{Map, Value as Json};
+use std::collections::BTreeMap;
+
+/// The simulator's API (`device-api.md`) as a profile.
+pub const SIM_PROFILE: &str = include_str!("../../../profiles/sim.json");
+
+/// How requests prove who is asking.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub enum Auth {
+    /// `Authorization: Bearer <device_token>`.
+    Bearer,
+    /// The token as this query parameter.
+    Query(String),
+}
+
+/// A request: method and path; `{device_id}` in the path is the device.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Endpoint {
+    #[serde(default = "get")]
+    pub method: String,
+    pub path: String,
+}
+
+fn get() -> String {
+    "GET".into()
+}
+
+/// Where the device list is, and where each device's fields are in it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListSpec {
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    /// JSON pointer to the array of devices.
+    pub items: String,
+    /// Pointers inside one item.
+    pub id: String,
+    pub name: Option<String>,
+    pub kind: Option<String>,
+}
+
+/// The control request.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlSpec {
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    /// The body every command starts from; fields are written into it at
+    /// their `write` pointers.
+    #[serde(default = "empty_object")]
+    pub body: Json,
+    /// Groups of fields the API only takes together: a command touching one
+    /// sends the others too, at their current values.
+    #[serde(default)]
+    pub together: Vec<Vec<Field>>,
+}
+
+fn empty_object() -> Json {
+    Json::Object(Map::new())
+}
+
+/// The sensor request and the device-wide parts of its answer.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SensorSpec {
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    /// Pointer to a boolean; absent means always online.
+    pub online: Option<String>,
+    pub room_temperature: Option<String>,
+    pub updated_at: Option<String>,
+}
+
+/// One model value's spellings.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spelling {
+    /// What is written.
+    pub write: Json,
+    /// What may be read back besides `write` (compared case-insensitively).
+    #[serde(default)]
+    pub read: Vec<Json>,
+}
+
+/// A numeric field.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumberSpec {
+    pub min: f64,
+    pub max: f64,
+    pub step: f64,
+    /// Device value = model value × scale (e.g. 10 for tenths of a degree).
+    #[serde(default = "one")]
+    pub scale: f64,
+    /// How far a read-back (in model units) may be from the value sent.
+    pub tolerance: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// One field of the model on this API.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FieldProfile {
+    /// Pointer into the control body.
+    pub write: String,
+    /// Pointer into the sensor answer; absent when the API cannot report it.
+    pub read: Option<String>,
+    /// For choices: each model value and its spellings, in the order the
+    /// profile gives them (error messages list them so).
+    pub values: Option<IndexMap<String, Spelling>>,
+    /// For numbers.
+    pub number: Option<NumberSpec>,
+    /// Pointer into the sensor answer to the values this device accepts (an
+    /// array, or an object whose keys are the values); absent means every
+    /// value in `values`.
+    pub allowed_from: Option<String>,
+}
+
+/// How long the devices behind this API usually take.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TimingSpec {
+    /// How long an unchanged device may take before "not applied".
+    pub settle_window_ms: Option<u64>,
+    /// Reads a different value must hold before it is the answer.
+    pub stable_reads: Option<u32>,
+}
+
+/// A whole profile.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    #[serde(default = "bearer")]
+    pub auth: Auth,
+    pub list: ListSpec,
+    pub control: ControlSpec,
+    pub sensors: SensorSpec,
+    /// As written, keyed by field name (so an error can name the key).
+    #[serde(rename = "fields")]
+    named_fields: BTreeMap<String, FieldProfile>,
+    /// The same, by model field.
+    #[serde(skip)]
+    pub fields: BTreeMap<Field, FieldProfile>,
+    pub timing: Option<TimingSpec>,
+}
+
+fn bearer() -> Auth {
+    Auth::Bearer
+}
+
+fn check_pointer(at: &str, pointer: &str) -> Result<(), String> {
+    if pointer.is_empty() || pointer.starts_with('/') {
+        Ok(())
+    } else {
+        Err(format!(
+            "{at}: {pointer:?} is not a JSON pointer (it starts with /)"
+        ))
+    }
+}
+
+impl Profile {
+    /// Reads and checks a profile; the error names the field and the
+    /// problem.
+    pub fn parse(text: &str) -> Result<Profile, String> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let mut profile: Profile = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if path == "." {
+                format!("device profile: {inner}")
+            } else {
+                format!("device profile: {path}: {inner}")
+            }
+        })?;
+        for (name, spec) in std::mem::take(&mut profile.named_fields) {
+            let field = Field::from_name(&name).ok_or_else(|| {
+                format!(
+                    "device profile {:?}: fields.{name}: not a field settle knows ({})",
+                    profile.name,
+                    Field::ALL.map(Field::name).join(", ")
+                )
+            })?;
+            profile.fields.insert(field, spec);
+        }
+        profile
+            .check()
+            .map_err(|m| format!("device profile {:?}: {m}", profile.name))?;
+        Ok(profile)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        for (at, path) in [
+            ("list.path", &self.list.endpoint.path),
+            ("control.path", &self.control.endpoint.path),
+            ("sensors.path", &self.sensors.endpoint.path),
+        ] {
+            if !path.starts_with('/') {
+                return Err(format!("{at}: {path:?} must start with /"));
+            }
+        }
+        for (at, path) in [
+            ("control.path", &self.control.endpoint.path),
+            ("sensors.path", &self.sensors.endpoint.path),
+        ] {
+            if !path.contains("{device_id}") {
+                return Err(format!("{at}: {path:?} must contain {{device_id}}"));
+            }
+        }
+        for (at, method) in [
+            ("list.method", &self.list.endpoint.method),
+            ("control.method", &self.control.endpoint.method),
+            ("sensors.method", &self.sensors.endpoint.method),
+        ] {
+            if !matches!(method.as_str(), "GET" | "POST" | "PUT" | "PATCH") {
+                return Err(format!("{at}: {method:?} must be GET, POST, PUT or PATCH"));
+            }
+        }
+        check_pointer("list.items", &self.list.items)?;
+        check_pointer("list.id", &self.list.id)?;
+        if !self.control.body.is_object() {
+            return Err("control.body must be a JSON object".into());
+        }
+        if self.fields.is_empty() {
+            return Err("fields: describe at least one field".into());
+        }
+        for (field, spec) in &self.fields {
+            let at = |key: &str| format!("fields.{field}.{key}");
+            check_pointer(&at("write"), &spec.write)?;
+            if spec.write.is_empty() {
+                return Err(format!("{}: must point inside the body", at("write")));
+            }
+            if let Some(read) = &spec.read {
+                check_pointer(&at("read"), read)?;
+            }
+            match (field, &spec.values, &spec.number) {
+                (Field::TargetTemperature, _, None) => {
+                    return Err(format!(
+                        "{}: is required for target_temperature",
+                        at("number")
+                    ));
+                }
+                (Field::TargetTemperature, Some(_), _) => {
+                    return Err(format!("{}: target_temperature is a number", at("values")));
+                }
+                (Field::TargetTemperature, None, Some(n)) => {
+                    if n.step <= 0.0 {
+                        return Err(format!("{}: must be above 0", at("number.step")));
+                    }
+                    if n.min > n.max {
+                        return Err(format!(
+                            "{}: min {} is above max {}",
+                            at("number"),
+                            n.min,
+                            n.max
+                        ));
+                    }
+                    if n.scale <= 0.0 {
+                        return Err(format!("{}: must be above 0", at("number.scale")));
+                    }
+                    if !(n.tolerance >= 0.0 && n.tolerance < n.step / 2.0) {
+                        return Err(format!(
+                            "{}: must be at least 0 and below half the step ({}), or neighbouring values would match",
+                            at("number.tolerance"),
+                            n.step / 2.0
+                        ));
+                    }
+                }
+                (_, None, _) => return Err(format!("{}: is required for {field}", at("values"))),
+                (_, Some(_), Some(_)) => {
+                    return Err(format!(
+                        "{}: {field} takes values, not a number",
+                        at("number")
+                    ));
+                }
+                (_, Some(values), None) => {
+                    if values.is_empty() {
+                        return Err(format!("{}: list at least one value", at("values")));
+                    }
+                    if let Some(bad) = values.keys().find(|k| k.to_ascii_lowercase() != **k) {
+                        return Err(format!(
+                            "{}: model values are lower case, not {bad:?}",
+                            at("values")
+                        ));
+                    }
+                }
+            }
+            if let Some(from) = &spec.allowed_from {
+                check_pointer(&at("allowed_from"), from)?;
+            }
+        }
+        for (i, group) in self.control.together.iter().enumerate() {
+            if let Some(missing) = group.iter().find(|f| !self.fields.contains_key(f)) {
+                return Err(format!(
+                    "control.together[{i}]: {missing} is not one of the profile's fields"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The model value a device spelling stands for.
+    fn model_value(field: Field, spec: &FieldProfile, raw: &Json) -> Result<Value, DriverError> {
+        if let Some(number) = &spec.number {
+            let n = raw.as_f64().ok_or_else(|| {
+                DriverError::BadResponse(format!("sensor field {field} is not a number: {raw}"))
+            })?;
+            return Ok(Value::Number(n / number.scale));
+        }
+        let same = |a: &Json, b: &Json| match (a, b) {
+            (Json::String(x), Json::String(y)) => x.eq_ignore_ascii_case(y),
+            _ => a == b,
+        };
+        let values = spec.values.as_ref().expect("checked at load");
+        for (model, spelling) in values {
+            if same(&spelling.write, raw) || spelling.read.iter().any(|r| same(r, raw)) {
+                return Ok(Value::Choice(model.clone()));
+            }
+        }
+        // A value the profile does not spell is still reported as it is, so
+        // a mismatch shows; one of another type than every spelling is an
+        // answer the profile does not describe.
+        let same_type =
+            |s: &Spelling| std::mem::discriminant(&s.write) == std::mem::discriminant(raw);
+        match raw {
+            Json::String(s) if values.values().any(same_type) => Ok(Value::choice(s)),
+            Json::Bool(_) | Json::Number(_) if values.values().any(same_type) => {
+                Ok(Value::Choice(raw.to_string()))
+            }
+            other => Err(DriverError::BadResponse(format!(
+                "sensor field {field} has unexpected value {other}"
+            ))),
+        }
+    }
+
+    /// The device spelling of a model value.
+    fn device_value(field: Field, spec: &FieldProfile, value: &Value) -> Result<Json, DriverError> {
+        match (value, &spec.number, &spec.values) {
+            (Value::Number(n), Some(number), _) => Ok(serde_json::json!(n * number.scale)),
+            (Value::Choice(c), _, Some(values)) => {
+                values.get(c).map(|s| s.write.clone()).ok_or_else(|| {
+                    DriverError::Rejected(format!("{field} {c} has no spelling in the profile"))
+                })
+            }
+            _ => Err(DriverError::Rejected(format!("{field} cannot be {value}"))),
+        }
+    }
+
+    /// Reads a sensor answer into model spelling. A field without a `read`
+    /// pointer, or whose pointer finds nothing, is left out: unverifiable.
+    pub fn parse_sensors(&self, body: &Json) -> Result<Reading, DriverError> {
+        let at = |pointer: &Option<String>| pointer.as_ref().and_then(|p| body.pointer(p));
+        let mut reading = Reading {
+            online: at(&self.sensors.online)
+                .map(|v| v.as_bool().unwrap_or(true))
+                .unwrap_or(true),
+            room_temperature: at(&self.sensors.room_temperature).and_then(Json::as_f64),
+            updated_at: at(&self.sensors.updated_at)
+                .and_then(Json::as_str)
+                .map(str::to_string),
+            ..Reading::default()
+        };
+        for (field, spec) in &self.fields {
+            match at(&spec.read) {
+                None | Some(Json::Null) => {}
+                Some(raw) => {
+                    reading
+                        .values
+                        .insert(*field, Self::model_value(*field, spec, raw)?);
+                }
+            }
+        }
+        Ok(reading)
+    }
+
+    /// The control body for a command (after `together` was filled in).
+    pub fn control_body(&self, command: &[(Field, Value)]) -> Result<Json, DriverError> {
+        let mut body = self.control.body.clone();
+        for (field, value) in command {
+            let spec = self.fields.get(field).ok_or_else(|| {
+                DriverError::Rejected(format!("this API has no {field} (profile {})", self.name))
+            })?;
+            let device = Self::device_value(*field, spec, value)?;
+            put(&mut body, &spec.write, device);
+        }
+        Ok(body)
+    }
+
+    /// The fields a command must also carry because the API takes them
+    /// only together with one it has.
+    pub fn companions(&self, command: &[(Field, Value)]) -> Vec<Field> {
+        let has = |f: &Field| command.iter().any(|(c, _)| c == f);
+        let mut missing = Vec::new();
+        for group in &self.control.together {
+            if group.iter().any(has) {
+                for f in group {
+                    if !has(f) && !missing.contains(f) {
+                        missing.push(*f);
+                    }
+                }
+            }
+        }
+        missing
+    }
+
+    /// What the device accepts; `sensors` is a sensor answer, needed only
+    /// when a field's values come from the device.
+    pub fn specs(&self, sensors: Option<&Json>) -> Vec<FieldSpec> {
+        self.fields
+            .iter()
+            .map(|(field, spec)| {
+                let (allowed, comparison) = match (&spec.number, &spec.values) {
+                    (Some(n), _) => (
+                        Allowed::Range {
+                            min: n.min,
+                            max: n.max,
+                            step: n.step,
+                        },
+                        Comparison::Tolerance(n.tolerance),
+                    ),
+                    (None, values) => {
+                        let fixed: Vec<String> =
+                            values.iter().flat_map(|v| v.keys().cloned()).collect();
+                        let from_device = spec
+                            .allowed_from
+                            .as_ref()
+                            .and_then(|p| sensors.and_then(|s| s.pointer(p)))
+                            .map(|listed| {
+                                let raws: Vec<Json> = match listed {
+                                    Json::Array(items) => items.clone(),
+                                    Json::Object(map) => {
+                                        map.keys().map(|k| Json::String(k.clone())).collect()
+                                    }
+                                    _ => Vec::new(),
+                                };
+                                raws.iter()
+                                    .filter_map(|raw| Self::model_value(*field, spec, raw).ok())
+                                    .filter_map(|v| match v {
+                                        Value::Choice(c) if fixed.contains(&c) => Some(c),
+                                        _ => None,
+                                    })
+                                    .collect::<Vec<_>>()
+                            });
+                        (
+                            Allowed::Choices(from_device.unwrap_or(fixed)),
+                            Comparison::CaseInsensitive,
+                        )
+                    }
+                };
+                FieldSpec {
+                    field: *field,
+                    allowed,
+                    comparison,
+                }
+            })
+            .collect()
+    }
+
+    /// The device list answer.
+    pub fn parse_devices(&self, body: &Json) -> Result<Vec<DeviceInfo>, DriverError> {
+        let items = body
+            .pointer(&self.list.items)
+            .and_then(Json::as_array)
+            .ok_or_else(|| {
+                DriverError::BadResponse(format!("device list has no array at {}", self.list.items))
+            })?;
+        items
+            .iter()
+            .map(|item| {
+                let text = |p: &Option<String>| {
+                    p.as_ref()
+                        .and_then(|p| item.pointer(p))
+                        .and_then(Json::as_str)
+                        .map(str::to_string)
+                };
+                Ok(DeviceInfo {
+                    id: text(&Some(self.list.id.clone()))
+                        .ok_or_else(|| DriverError::BadResponse("a device has no id".into()))?,
+                    name: text(&self.list.name).unwrap_or_default(),
+                    kind: text(&self.list.kind).unwrap_or_else(|| "unknown".into()),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Writes `value` at `pointer` inside `body`, making objects on the way.
+fn put(body: &mut Json, pointer: &str, value: Json) {
+    let mut at = body;
+    let parts: Vec<&str> = pointer.split('/').skip(1).collect();
+    for (i, part) in parts.iter().enumerate() {
+        let key = part.replace("~1", "/").replace("~0", "~");
+        if !at.is_object() {
+            *at = Json::Object(Map::new());
+        }
+        let map = at.as_object_mut().expect("made an object");
+        if i + 1 == parts.len() {
+            map.insert(key, value);
+            return;
+        }
+        at = map.entry(key).or_insert_with(|| Json::Object(Map::new()));
+    }
+}
+
+/// Path segments are device ids chosen by callers; anything outside this
+/// set could change the request's meaning, so it is refused before sending.
+fn checked_device_id(device_id: &str) -> Result<&str, DriverError> {
+    let ok = !device_id.is_empty()
+        && device_id.len() <= 128
+        && device_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    if ok {
+        Ok(device_id)
+    } else {
+        Err(DriverError::UnknownDevice(device_id.to_string()))
+    }
+}
+
+/// A device API spoken through a profile.
+#[derive(Clone, Debug)]
+pub struct ProfileDriver {
+    pub profile: Profile,
+    pub base_url: String,
+    pub token: Option<String>,
+    pub timeout_ms: u64,
+}
+
+impl ProfileDriver {
+    fn request(
+        &self,
+        endpoint: &Endpoint,
+        device_id: Option<&str>,
+        body: Option<&Json>,
+    ) -> Result<Json, DriverError> {
+        let path = match device_id {
+            Some(id) => endpoint.path.replace("{device_id}", checked_device_id(id)?),
+            None => endpoint.path.clone(),
+        };
+        let mut url = url::join(&self.base_url, &path);
+        let mut bearer = None;
+        match (&self.profile.auth, &self.token) {
+            (Auth::Bearer, Some(token)) => bearer = Some(token.as_str()),
+            (Auth::Query(name), Some(token)) => {
+                let sep = if url.contains('?') { '&' } else { '?' };
+                url = format!("{url}{sep}{name}={}", query_escape(token));
+            }
+            (_, None) => {}
+        }
+        let response = host::send(&HttpRequest {
+            method: &endpoint.method,
+            url: &url,
+            bearer,
+            json_body: body.map(|b| b.to_string().into_bytes()),
+            timeout_ms: self.timeout_ms,
+        })
+        .map_err(|e| match e {
+            HttpError::Denied(m) => DriverError::Denied(m),
+            HttpError::Timeout(m) | HttpError::Failed(m) => DriverError::Unreachable(m),
+        })?;
+        classify_response(response.status, &response.body).map_err(|e| match (e, device_id) {
+            (DriverError::UnknownDevice(_), Some(id)) => DriverError::UnknownDevice(id.to_string()),
+            (other, _) => other,
+        })
+    }
+
+    fn sensors(&self, device_id: &str) -> Result<Json, DriverError> {
+        self.request(&self.profile.sensors.endpoint, Some(device_id), None)
+    }
+}
+
+/// Percent-encodes a query value.
+fn query_escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+impl Driver for ProfileDriver {
+    fn list_devices(&self) -> Result<Vec<DeviceInfo>, DriverError> {
+        let body = self.request(&self.profile.list.endpoint, None, None)?;
+        self.profile.parse_devices(&body)
+    }
+
+    fn read(&self, device_id: &str) -> Result<Reading, DriverError> {
+        self.profile.parse_sensors(&self.sensors(device_id)?)
+    }
+
+    fn send(&self, device_id: &str, command: &[(Field, Value)]) -> Result<Accepted, DriverError> {
+        let mut full = command.to_vec();
+        let companions = self.profile.companions(command);
+        if !companions.is_empty() {
+            let current = self.read(device_id)?;
+            for field in companions {
+                let value = current.values.get(&field).cloned().ok_or_else(|| {
+                    DriverError::Rejected(format!(
+                        "this API takes {field} together with the fields sent, and the device does not report its current {field}"
+                    ))
+                })?;
+                full.push((field, value));
+            }
+        }
+        let body = self.profile.control_body(&full)?;
+        let answer = self.request(&self.profile.control.endpoint, Some(device_id), Some(&body))?;
+        Ok(Accepted {
+            request_id: answer
+                .get("request_id")
+                .and_then(Json::as_str)
+                .map(str::to_string),
+        })
+    }
+
+    fn specs(&self, device_id: &str) -> Result<Vec<FieldSpec>, DriverError> {
+        let needs_device = self
+            .profile
+            .fields
+            .values()
+            .any(|f| f.allowed_from.is_some());
+        let sensors = if needs_device {
+            Some(self.sensors(device_id)?)
+        } else {
+            None
+        };
+        Ok(self.profile.specs(sensors.as_ref()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sim() -> Profile {
+        Profile::parse(SIM_PROFILE).expect("the built-in profile is valid")
+    }
+
+    #[test]
+    fn the_sim_profile_writes_upper_case_and_reads_any_case() {
+        let p = sim();
+        let body = p
+            .control_body(&[
+                (Field::Power, Value::choice("on")),
+                (Field::TargetTemperature, Value::Number(24.5)),
+            ])
+            .unwrap();
+        assert_eq!(body, json!({"power": "ON", "target_temperature": 24.5}));
+        let reading = p
+            .parse_sensors(
+                &json!({"power":"On","mode":"Cool","target_temperature":26.0,
+                "room_temperature":27.4,"online":false,"updated_at":"2026-11-29T10:00:04Z"}),
+            )
+            .unwrap();
+        assert!(!reading.online);
+        assert_eq!(reading.values[&Field::Power], Value::choice("on"));
+        assert_eq!(reading.values[&Field::Mode], Value::choice("cool"));
+        assert!(!reading.values.contains_key(&Field::FanSpeed));
+        assert_eq!(reading.room_temperature, Some(27.4));
+    }
+
+    #[test]
+    fn sensor_values_of_the_wrong_type_are_reported() {
+        let err = sim().parse_sensors(&json!({"power": true})).unwrap_err();
+        assert!(matches!(err, DriverError::BadResponse(m) if m.contains("power")));
+    }
+
+    #[test]
+    fn a_bad_profile_names_the_field_and_the_problem() {
+        let mut bad: Json = serde_json::from_str(SIM_PROFILE).unwrap();
+        bad["fields"]["power"]["writ"] = json!("/x");
+        let err = Profile::parse(&bad.to_string()).unwrap_err();
+        assert!(
+            err.contains("fields.power") && err.contains("unknown field `writ`"),
+            "{err}"
+        );
+
+        let mut bad: Json = serde_json::from_str(SIM_PROFILE).unwrap();
+        bad["fields"]["target_temperature"]["number"]["tolerance"] = json!(0.5);
+        let err = Profile::parse(&bad.to_string()).unwrap_err();
+        assert!(
+            err.contains("fields.target_temperature.number.tolerance"),
+            "{err}"
+        );
+
+        let mut bad: Json = serde_json::from_str(SIM_PROFILE).unwrap();
+        bad["sensors"]["path"] = json!("/api/v1/sensors");
+        let err = Profile::parse(&bad.to_string()).unwrap_err();
+        assert!(
+            err.contains("sensors.path") && err.contains("{device_id}"),
+            "{err}"
+        );
+
+        let mut bad: Json = serde_json::from_str(SIM_PROFILE).unwrap();
+        bad["fields"]["fan_speed"]["values"] = json!({});
+        let err = Profile::parse(&bad.to_string()).unwrap_err();
+        assert!(err.contains("fields.fan_speed.values"), "{err}");
+
+        let mut bad: Json = serde_json::from_str(SIM_PROFILE).unwrap();
+        bad["fields"]["humidity"] = json!({"write": "/h"});
+        let err = Profile::parse(&bad.to_string()).unwrap_err();
+        assert!(err.contains("fields") && err.contains("humidity"), "{err}");
+
+        let err = Profile::parse("{").unwrap_err();
+        assert!(err.starts_with("device profile:"), "{err}");
+    }
+
+    #[test]
+    fn values_can_come_from_the_device() {
+        let profile = Profile::parse(include_str!("../../../profiles/sensibo.json")).unwrap();
+        let answer = json!({"result": {"remoteCapabilities": {"modes": {"cool": {}, "fan": {}}}}});
+        let specs = profile.specs(Some(&answer));
+        let mode = specs.iter().find(|s| s.field == Field::Mode).unwrap();
+        assert_eq!(mode.allowed, Allowed::choices(&["cool", "fan"]));
+    }
+
+    #[test]
+    fn fields_sent_together_are_filled_in() {
+        let profile = Profile::parse(include_str!("../../../profiles/sensibo.json")).unwrap();
+        let missing = profile.companions(&[(Field::TargetTemperature, Value::Number(22.0))]);
+        assert!(
+            missing.contains(&Field::Power) && missing.contains(&Field::Mode),
+            "{missing:?}"
+        );
+        let body = profile
+            .control_body(&[
+                (Field::Power, Value::choice("on")),
+                (Field::TargetTemperature, Value::Number(22.0)),
+            ])
+            .unwrap();
+        assert_eq!(body["acState"]["on"], json!(true));
+        assert_eq!(body["acState"]["targetTemperature"], json!(22.0));
+        assert_eq!(body["acState"]["temperatureUnit"], json!("C"));
+    }
+}
