@@ -209,7 +209,11 @@ const MAX_WRITE_CHUNK: usize = 4096;
 
 /// Sends one request through `wasi:http` and reads the whole response.
 pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
-    let url = crate::url::Url::parse(request.url).map_err(HttpError::Failed)?;
+    // Messages show the URL without its query: a query may carry a key
+    // (`?apiKey=...`), and these messages reach callers and logs.
+    let shown = request.url.split('?').next().unwrap_or_default();
+    let url = crate::url::Url::parse(request.url)
+        .map_err(|e| HttpError::Failed(e.replace(request.url, shown)))?;
     let mut headers: Vec<(String, Vec<u8>)> =
         vec![("accept".to_string(), b"application/json".to_vec())];
     if let Some(token) = request.bearer {
@@ -231,7 +235,7 @@ pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
         "DELETE" => Method::Delete,
         other => Method::Other(other.to_string()),
     };
-    let fail = |what: &str| HttpError::Failed(format!("{what} for {}", request.url));
+    let fail = |what: &str| HttpError::Failed(format!("{what} for {}", shown));
     outgoing
         .set_method(&method)
         .map_err(|_| fail("bad method"))?;
@@ -259,22 +263,22 @@ pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
     let _ = options.set_between_bytes_timeout(Some(timeout_ns));
 
     let body = outgoing.body().map_err(|_| fail("body taken twice"))?;
-    let pending = outgoing_handler::handle(outgoing, Some(options))
-        .map_err(|e| http_error(e, request.url))?;
+    let pending =
+        outgoing_handler::handle(outgoing, Some(options)).map_err(|e| http_error(e, shown))?;
     if let Some(bytes) = &request.json_body {
         let stream = body.write().map_err(|_| fail("body stream"))?;
         for chunk in bytes.chunks(MAX_WRITE_CHUNK) {
-            stream.blocking_write_and_flush(chunk).map_err(|e| {
-                HttpError::Failed(format!("sending body to {}: {e:?}", request.url))
-            })?;
+            stream
+                .blocking_write_and_flush(chunk)
+                .map_err(|e| HttpError::Failed(format!("sending body to {}: {e:?}", shown)))?;
         }
     }
-    OutgoingBody::finish(body, None).map_err(|e| http_error(e, request.url))?;
+    OutgoingBody::finish(body, None).map_err(|e| http_error(e, shown))?;
 
     pending.subscribe().block();
     let response = match pending.get() {
         Some(Ok(Ok(response))) => response,
-        Some(Ok(Err(code))) => return Err(http_error(code, request.url)),
+        Some(Ok(Err(code))) => return Err(http_error(code, shown)),
         Some(Err(())) | None => return Err(fail("response lost")),
     };
     let status = response.status();
@@ -288,7 +292,7 @@ pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
                 if body.len() > MAX_RESPONSE_BYTES {
                     return Err(HttpError::Failed(format!(
                         "response from {} is larger than {MAX_RESPONSE_BYTES} bytes",
-                        request.url
+                        shown
                     )));
                 }
             }
@@ -296,7 +300,7 @@ pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
             Err(StreamError::LastOperationFailed(e)) => {
                 return Err(HttpError::Failed(format!(
                     "reading response from {}: {}",
-                    request.url,
+                    shown,
                     e.to_debug_string()
                 )));
             }

@@ -53,7 +53,13 @@ impl WasiHttpHooks for PolicyHooks {
             self.tenant.count_denied();
             tracing::warn!(
                 tenant = %self.tenant.name,
-                url = %request.uri(),
+                // Without the query, which may carry a key.
+                url = %format!(
+                    "{}://{}{}",
+                    request.uri().scheme_str().unwrap_or("?"),
+                    request.uri().authority().map(|a| a.as_str()).unwrap_or("?"),
+                    request.uri().path()
+                ),
                 "outbound request denied: origin not on the tenant's allow-list"
             );
             return Box::new(async { Err(Error::HttpRequestDenied) });

@@ -162,3 +162,32 @@ async fn a_bad_profile_stops_the_start_naming_the_field() {
         assert!(refused.contains(expected), "expected {expected}: {refused}");
     }
 }
+
+#[tokio::test]
+async fn a_key_in_the_query_never_shows_in_errors() {
+    let profile = sensibo_profile();
+    // Nothing listens on port 9: the request fails with the URL in the
+    // message, which must not carry the key.
+    let server = serve_http(&[
+        "--device-profile",
+        profile.to_str().unwrap(),
+        "--device-api",
+        "http://127.0.0.1:9",
+        "--device-token",
+        KEY,
+    ])
+    .await;
+    let client = modern_http_client(&server.url, Declares::default()).await;
+    let result = complete(
+        call(
+            &client,
+            "get_device_state",
+            json!({"device_id": "Ab12Cd34"}),
+        )
+        .await,
+    );
+    let text = error_text(&result);
+    assert!(text.contains("127.0.0.1:9/api/v2/pods/Ab12Cd34"), "{text}");
+    assert!(!text.contains(KEY), "{text}");
+    server.stop().await;
+}

@@ -844,3 +844,36 @@ async fn a_bad_tenants_file_stops_the_start_with_file_and_line() {
         assert!(stderr.contains(expected), "expected {expected}: {stderr}");
     }
 }
+
+#[tokio::test]
+async fn compiled_plugins_are_cached_and_a_damaged_artifact_is_compiled_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = settle::runtime::Runtime::new(
+        settle::store::Store::open("memory").unwrap(),
+        Some(dir.path().to_path_buf()),
+    )
+    .unwrap();
+    let plugin = runtime.load_plugin(&plugin_path()).expect("loads");
+    let artifacts: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(artifacts.len(), 1, "{artifacts:?}");
+    let name = artifacts[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    // The key: the component's digest, the engine's compatibility hash and
+    // settle's version.
+    assert!(name.starts_with(&plugin.digest), "{name}");
+    assert!(
+        name.ends_with(&format!("-{}.cwasm", env!("CARGO_PKG_VERSION"))),
+        "{name}"
+    );
+    let good = std::fs::metadata(&artifacts[0]).unwrap().len();
+
+    std::fs::write(&artifacts[0], b"damaged").unwrap();
+    runtime.load_plugin(&plugin_path()).expect("compiled again");
+    assert_eq!(std::fs::metadata(&artifacts[0]).unwrap().len(), good);
+}
