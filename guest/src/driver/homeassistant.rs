@@ -18,8 +18,8 @@
 //! `vane_vertical` is `swing_mode`; `vane_horizontal` is
 //! `swing_horizontal_mode`.
 
-use super::{Accepted, DeviceInfo, Driver, DriverError, Reading, classify_response};
-use crate::host::{self, HttpError, HttpRequest};
+use super::{Accepted, DeviceInfo, Driver, DriverError, Reading, exchange};
+use crate::host::HttpRequest;
 use crate::model::{Allowed, Comparison, Field, FieldSpec, Value};
 use crate::url;
 use serde_json::{Value as Json, json};
@@ -220,18 +220,13 @@ pub fn service_calls(entity_id: &str, command: &[(Field, Value)]) -> Vec<(&'stat
 impl HomeAssistant {
     fn request(&self, method: &str, path: &str, body: Option<Json>) -> Result<Json, DriverError> {
         let url = url::join(&self.base_url, path);
-        let response = host::send(&HttpRequest {
+        exchange(&HttpRequest {
             method,
             url: &url,
             bearer: self.token.as_deref(),
             json_body: body.map(|b| b.to_string().into_bytes()),
             timeout_ms: self.timeout_ms,
         })
-        .map_err(|e| match e {
-            HttpError::Denied(m) => DriverError::Denied(m),
-            HttpError::Timeout(m) | HttpError::Failed(m) => DriverError::Unreachable(m),
-        })?;
-        classify_response(response.status, &response.body)
     }
 
     fn state(&self, entity_id: &str) -> Result<Json, DriverError> {

@@ -8,6 +8,7 @@
 pub mod homeassistant;
 pub mod profile;
 
+use crate::host::{self, HttpError, HttpRequest};
 use crate::model::{Field, FieldSpec, Value};
 use serde::Serialize;
 use serde_json::Value as Json;
@@ -84,6 +85,17 @@ pub trait Driver {
 
     /// What each writable field accepts on this device and how it compares.
     fn specs(&self, device_id: &str) -> Result<Vec<FieldSpec>, DriverError>;
+}
+
+/// Sends one JSON request to a device API and reads its JSON answer; a
+/// transport failure is `Unreachable` (worth retrying) unless the runner
+/// denied the destination.
+pub fn exchange(request: &HttpRequest<'_>) -> Result<Json, DriverError> {
+    let response = host::send(request).map_err(|e| match e {
+        HttpError::Denied(m) => DriverError::Denied(m),
+        HttpError::Timeout(m) | HttpError::Failed(m) => DriverError::Unreachable(m),
+    })?;
+    classify_response(response.status, &response.body)
 }
 
 /// Maps an HTTP answer of the API onto a result, keeping the API's own

@@ -10,8 +10,8 @@
 //! A profile is checked when it is loaded; every problem names the field
 //! (as a path into the profile) and what is wrong with it.
 
-use super::{Accepted, DeviceInfo, Driver, DriverError, Reading, classify_response};
-use crate::host::{self, HttpError, HttpRequest};
+use super::{Accepted, DeviceInfo, Driver, DriverError, Reading, exchange};
+use crate::host::HttpRequest;
 use crate::model::{Allowed, Comparison, Field, FieldSpec, Value};
 use crate::url;
 use indexmap::IndexMap;
@@ -570,18 +570,14 @@ impl ProfileDriver {
             }
             (_, None) => {}
         }
-        let response = host::send(&HttpRequest {
+        exchange(&HttpRequest {
             method: &endpoint.method,
             url: &url,
             bearer,
             json_body: body.map(|b| b.to_string().into_bytes()),
             timeout_ms: self.timeout_ms,
         })
-        .map_err(|e| match e {
-            HttpError::Denied(m) => DriverError::Denied(m),
-            HttpError::Timeout(m) | HttpError::Failed(m) => DriverError::Unreachable(m),
-        })?;
-        classify_response(response.status, &response.body).map_err(|e| match (e, device_id) {
+        .map_err(|e| match (e, device_id) {
             (DriverError::UnknownDevice(_), Some(id)) => DriverError::UnknownDevice(id.to_string()),
             (other, _) => other,
         })

@@ -118,6 +118,14 @@ pub fn serve_args(argv: &[&str]) -> settle::cli::ServeArgs {
     }
 }
 
+/// Starts settle over HTTP with `extra` arguments and connects a modern
+/// client that declares nothing.
+pub async fn serve_http_with_client(extra: &[&str]) -> (Server, Client) {
+    let server = serve_http(extra).await;
+    let client = modern_http_client(&server.url, Declares::default()).await;
+    (server, client)
+}
+
 /// Starts settle over HTTP on 127.0.0.1:0 with `extra` arguments.
 pub async fn serve_http(extra: &[&str]) -> Server {
     serve_http_config(config(extra)).await

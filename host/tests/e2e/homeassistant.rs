@@ -12,7 +12,7 @@ async fn setup(delay_ms: u64, token: &str) -> (ha_fake::RunningFake, Server, Cli
     let ha = ha_fake::spawn(TOKEN, Duration::from_millis(delay_ms))
         .await
         .expect("fake Home Assistant starts");
-    let server = serve_http(&[
+    let (server, client) = serve_http_with_client(&[
         "--driver",
         "homeassistant",
         "--device-api",
@@ -25,7 +25,6 @@ async fn setup(delay_ms: u64, token: &str) -> (ha_fake::RunningFake, Server, Cli
         "0",
     ])
     .await;
-    let client = modern_http_client(&server.url, Declares::default()).await;
     (ha, server, client)
 }
 

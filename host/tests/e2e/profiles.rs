@@ -19,7 +19,7 @@ async fn setup(delay_ms: u64) -> (sensibo_fake::RunningFake, Server, Client) {
         .await
         .expect("fake Sensibo starts");
     let profile = sensibo_profile();
-    let server = serve_http(&[
+    let (server, client) = serve_http_with_client(&[
         "--device-profile",
         profile.to_str().unwrap(),
         "--device-api",
@@ -32,7 +32,6 @@ async fn setup(delay_ms: u64) -> (sensibo_fake::RunningFake, Server, Client) {
         "0",
     ])
     .await;
-    let client = modern_http_client(&server.url, Declares::default()).await;
     (fake, server, client)
 }
 

@@ -148,6 +148,22 @@ impl Tenants {
     }
 }
 
+/// Alice and Bob, both on the device plugin and one simulator.
+async fn alice_and_bob(delay_ms: u64) -> (device_sim::RunningSim, Dir, Tenants) {
+    let sim = sim(Duration::from_millis(delay_ms)).await;
+    let dir = Dir::new();
+    let plugin = plugin_path();
+    let config = dir.write(
+        false,
+        &[
+            tenant("alice", &plugin, &sim.base_url(), ""),
+            tenant("bob", &plugin, &sim.base_url(), ""),
+        ],
+    );
+    let tenants = Tenants::start(&config).await;
+    (sim, dir, tenants)
+}
+
 /// The same component with a custom section appended: different bytes (so
 /// a swap really compiles and replaces it), identical behaviour.
 fn variant(component: &[u8], n: u32) -> Vec<u8> {
@@ -179,17 +195,7 @@ fn metric(text: &str, line_start: &str) -> f64 {
 
 #[tokio::test]
 async fn every_refusal_is_the_same_401_so_tenants_cannot_be_discovered() {
-    let sim = sim(Duration::from_millis(100)).await;
-    let dir = Dir::new();
-    let plugin = plugin_path();
-    let config = dir.write(
-        false,
-        &[
-            tenant("alice", &plugin, &sim.base_url(), ""),
-            tenant("bob", &plugin, &sim.base_url(), ""),
-        ],
-    );
-    let t = Tenants::start(&config).await;
+    let (_sim, _dir, t) = alice_and_bob(100).await;
     let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta(false)}})
         .to_string();
     let headers = [
@@ -232,17 +238,7 @@ async fn every_refusal_is_the_same_401_so_tenants_cannot_be_discovered() {
 
 #[tokio::test]
 async fn one_tenant_can_never_read_update_or_cancel_anothers_task() {
-    let sim = sim(Duration::from_millis(1_500)).await;
-    let dir = Dir::new();
-    let plugin = plugin_path();
-    let config = dir.write(
-        false,
-        &[
-            tenant("alice", &plugin, &sim.base_url(), ""),
-            tenant("bob", &plugin, &sim.base_url(), ""),
-        ],
-    );
-    let t = Tenants::start(&config).await;
+    let (_sim, _dir, t) = alice_and_bob(1_500).await;
     let alice = t.client("alice").await;
     let bob = t.client("bob").await;
     let created = structured(&complete(
