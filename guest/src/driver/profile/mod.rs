@@ -8,19 +8,23 @@
 //! ([`SIM_PROFILE`]); `profiles/` holds more.
 //!
 //! A profile is checked when it is loaded; every problem names the field
-//! (as a path into the profile) and what is wrong with it.
+//! (as a path into the profile) and what is wrong with it. This module owns
+//! the format and the mapping between model and device spellings;
+//! [`http`] speaks it to the API.
 
-use super::{Accepted, DeviceInfo, Driver, DriverError, Reading, exchange};
-use crate::host::HttpRequest;
+mod http;
+
+pub use http::ProfileDriver;
+
+use super::{DeviceInfo, DriverError, Reading};
 use crate::model::{Allowed, Comparison, Field, FieldSpec, Value};
-use crate::url;
 use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_json::{Map, Value as Json};
 use std::collections::BTreeMap;
 
 /// The simulator's API (`device-api.md`) as a profile.
-pub const SIM_PROFILE: &str = include_str!("../../../profiles/sim.json");
+pub const SIM_PROFILE: &str = include_str!("../../../../profiles/sim.json");
 
 /// How requests prove who is asking.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -525,131 +529,6 @@ fn put(body: &mut Json, pointer: &str, value: Json) {
     }
 }
 
-/// Path segments are device ids chosen by callers; anything outside this
-/// set could change the request's meaning, so it is refused before sending.
-fn checked_device_id(device_id: &str) -> Result<&str, DriverError> {
-    let ok = !device_id.is_empty()
-        && device_id.len() <= 128
-        && device_id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
-    if ok {
-        Ok(device_id)
-    } else {
-        Err(DriverError::UnknownDevice(device_id.to_string()))
-    }
-}
-
-/// A device API spoken through a profile.
-#[derive(Clone, Debug)]
-pub struct ProfileDriver {
-    pub profile: Profile,
-    pub base_url: String,
-    pub token: Option<String>,
-    pub timeout_ms: u64,
-}
-
-impl ProfileDriver {
-    fn request(
-        &self,
-        endpoint: &Endpoint,
-        device_id: Option<&str>,
-        body: Option<&Json>,
-    ) -> Result<Json, DriverError> {
-        let path = match device_id {
-            Some(id) => endpoint.path.replace("{device_id}", checked_device_id(id)?),
-            None => endpoint.path.clone(),
-        };
-        let mut url = url::join(&self.base_url, &path);
-        let mut bearer = None;
-        match (&self.profile.auth, &self.token) {
-            (Auth::Bearer, Some(token)) => bearer = Some(token.as_str()),
-            (Auth::Query(name), Some(token)) => {
-                let sep = if url.contains('?') { '&' } else { '?' };
-                url = format!("{url}{sep}{name}={}", query_escape(token));
-            }
-            (_, None) => {}
-        }
-        exchange(&HttpRequest {
-            method: &endpoint.method,
-            url: &url,
-            bearer,
-            json_body: body.map(|b| b.to_string().into_bytes()),
-            timeout_ms: self.timeout_ms,
-        })
-        .map_err(|e| match (e, device_id) {
-            (DriverError::UnknownDevice(_), Some(id)) => DriverError::UnknownDevice(id.to_string()),
-            (other, _) => other,
-        })
-    }
-
-    fn sensors(&self, device_id: &str) -> Result<Json, DriverError> {
-        self.request(&self.profile.sensors.endpoint, Some(device_id), None)
-    }
-}
-
-/// Percent-encodes a query value.
-fn query_escape(text: &str) -> String {
-    text.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-impl Driver for ProfileDriver {
-    fn list_devices(&self) -> Result<Vec<DeviceInfo>, DriverError> {
-        let body = self.request(&self.profile.list.endpoint, None, None)?;
-        self.profile.parse_devices(&body)
-    }
-
-    fn read(&self, device_id: &str) -> Result<Reading, DriverError> {
-        self.profile.parse_sensors(&self.sensors(device_id)?)
-    }
-
-    fn send(&self, device_id: &str, command: &[(Field, Value)]) -> Result<Accepted, DriverError> {
-        let mut full = command.to_vec();
-        let companions = self.profile.companions(command);
-        if !companions.is_empty() {
-            let current = self.read(device_id)?;
-            for field in companions {
-                let value = current.values.get(&field).cloned().ok_or_else(|| {
-                    DriverError::Rejected(format!(
-                        "this API takes {field} together with the fields sent, and the device does not report its current {field}"
-                    ))
-                })?;
-                full.push((field, value));
-            }
-        }
-        let body = self.profile.control_body(&full)?;
-        let answer = self.request(&self.profile.control.endpoint, Some(device_id), Some(&body))?;
-        Ok(Accepted {
-            request_id: answer
-                .get("request_id")
-                .and_then(Json::as_str)
-                .map(str::to_string),
-        })
-    }
-
-    fn specs(&self, device_id: &str) -> Result<Vec<FieldSpec>, DriverError> {
-        let needs_device = self
-            .profile
-            .fields
-            .values()
-            .any(|f| f.allowed_from.is_some());
-        let sensors = if needs_device {
-            Some(self.sensors(device_id)?)
-        } else {
-            None
-        };
-        Ok(self.profile.specs(sensors.as_ref()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -730,7 +609,7 @@ mod tests {
 
     #[test]
     fn values_can_come_from_the_device() {
-        let profile = Profile::parse(include_str!("../../../profiles/sensibo.json")).unwrap();
+        let profile = Profile::parse(include_str!("../../../../profiles/sensibo.json")).unwrap();
         let answer = json!({"result": {"remoteCapabilities": {"modes": {"cool": {}, "fan": {}}}}});
         let specs = profile.specs(Some(&answer));
         let mode = specs.iter().find(|s| s.field == Field::Mode).unwrap();
@@ -739,7 +618,7 @@ mod tests {
 
     #[test]
     fn fields_sent_together_are_filled_in() {
-        let profile = Profile::parse(include_str!("../../../profiles/sensibo.json")).unwrap();
+        let profile = Profile::parse(include_str!("../../../../profiles/sensibo.json")).unwrap();
         let missing = profile.companions(&[(Field::TargetTemperature, Value::Number(22.0))]);
         assert!(
             missing.contains(&Field::Power) && missing.contains(&Field::Mode),
