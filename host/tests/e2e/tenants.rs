@@ -873,3 +873,90 @@ async fn compiled_plugins_are_cached_and_a_damaged_artifact_is_compiled_again() 
     runtime.load_plugin(&plugin_path()).expect("compiled again");
     assert_eq!(std::fs::metadata(&artifacts[0]).unwrap().len(), good);
 }
+
+#[tokio::test]
+async fn stdio_serves_the_one_tenant_it_is_told_to() {
+    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+    let sim = sim(Duration::from_millis(100)).await;
+    let dir = Dir::new();
+    let config = dir.write(
+        false,
+        &[
+            tenant("alice", &plugin_path(), &sim.base_url(), ""),
+            tenant("mallory", &hostile_plugin_path(), "http://127.0.0.1:9", ""),
+        ],
+    );
+    let settle = |extra: &[&str]| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_settle"));
+        command
+            .args(["serve", "--stdio", "--store", "memory", "--config"])
+            .arg(&config)
+            .args(extra)
+            .env("SETTLE_CACHE_DIR", cache_dir())
+            .stdin(std::process::Stdio::piped());
+        command
+    };
+
+    // Two tenants and no --tenant: stdio cannot choose.
+    let output = settle(&[])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("choose one with --tenant"), "{stderr}");
+
+    let command = settle(&["--tenant", "mallory"]).configure(|c| {
+        c.stderr(std::process::Stdio::null());
+    });
+    let client = rmcp::model::ClientConfig::new(
+        Default::default(),
+        rmcp::model::Implementation::new("t", "0"),
+    )
+    .serve_with_lifecycle(
+        TokioChildProcess::new(command).unwrap(),
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .expect("stdio client connects");
+    let tools = client.list_all_tools().await.unwrap();
+    assert!(
+        tools.iter().any(|t| t.name == "ping"),
+        "mallory's plugin: {tools:?}"
+    );
+}
+
+#[tokio::test]
+async fn admin_and_metrics_endpoints_are_off_unless_configured() {
+    let sim = sim(Duration::from_millis(100)).await;
+    let dir = Dir::new();
+    let config = dir.write(
+        false,
+        &[tenant("alice", &plugin_path(), &sim.base_url(), "")],
+    );
+    // The same tenant without a [server] table.
+    let text = std::fs::read_to_string(&config).unwrap();
+    let without_server = text[text.find("[tenant.").unwrap()..].to_string();
+    std::fs::write(&config, without_server).unwrap();
+    let t = Tenants::start(&config).await;
+    let http = reqwest::Client::new();
+    let reload = http
+        .post(format!("{}/admin/reload", t.base))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reload.status().as_u16(), 404);
+    let metrics = http
+        .get(format!("{}/metrics", t.base))
+        .bearer_auth(METRICS)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status().as_u16(), 404);
+    t.server.stop().await;
+}
