@@ -391,6 +391,7 @@ async fn create_tasks(
     url: &str,
     devices: usize,
     concurrency: usize,
+    temperature: f64,
 ) -> anyhow::Result<Vec<String>> {
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = Vec::new();
@@ -404,7 +405,7 @@ async fn create_tasks(
                 if n >= devices {
                     return anyhow::Ok(ids);
                 }
-                let params = json!({"name": "set_temperature", "arguments": {"device_id": format!("ac-{n:05}"), "temperature": 24}, "_meta": tasks_meta()});
+                let params = json!({"name": "set_temperature", "arguments": {"device_id": format!("ac-{n:05}"), "temperature": temperature}, "_meta": tasks_meta()});
                 let reply = message(
                     client
                         .post(&url)
@@ -444,7 +445,7 @@ async fn tasks_at_scale() -> anyhow::Result<()> {
     let store = dir.path().join("tasks.redb");
     let (url, _stop) = serve(config(&api, store.to_str().unwrap(), "0")?).await?;
     let started = Instant::now();
-    let ids = Arc::new(create_tasks(&url, DEVICES, 8).await?);
+    let ids = Arc::new(create_tasks(&url, DEVICES, 8, 24.0).await?);
     println!(
         "## tasks/get over HTTP with {} stored tasks (redb store)",
         ids.len()
@@ -497,7 +498,9 @@ async fn tasks_at_scale() -> anyhow::Result<()> {
 /// listener receiving it.
 async fn notification_delay(url: &str) -> anyhow::Result<()> {
     const TASKS: usize = 200;
-    let ids = create_tasks(url, TASKS, 4).await?;
+    // A setpoint the devices are not at yet, so every task changes while
+    // the listener follows it.
+    let ids = create_tasks(url, TASKS, 4, 25.0).await?;
     let body = json!({"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"taskIds":ids},"_meta":tasks_meta()}});
     let mut response = reqwest::Client::new()
         .post(url)
