@@ -75,7 +75,9 @@ async fn swap_times(cache: Option<&Path>) -> anyhow::Result<Vec<Duration>> {
     let context = TenantContext {
         name: "bench".into(),
         namespace: "bench".into(),
-        plugin_config: Default::default(),
+        // The device plugin refuses to load without a device API; nothing
+        // is sent to it here.
+        plugin_config: [("device_api".to_string(), "http://127.0.0.1:9".to_string())].into(),
         policy: settle::policy::OutboundPolicy::new(vec![]),
         limits: Default::default(),
         events: Default::default(),
