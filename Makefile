@@ -87,8 +87,8 @@ bench: guest fixtures
 # replicas on Redis. TASKS, DEVICES, DELAY_MS and POLL_MS scale it down.
 TASKS ?= 1000000
 DEVICES ?= 10000
-DELAY_MS ?= 900000
-POLL_MS ?= 10000
+DELAY_MS ?= 1800000
+POLL_MS ?= 30000
 SCALE_ARGS = --tasks $(TASKS) --devices $(DEVICES) --delay-ms $(DELAY_MS) --poll-ms $(POLL_MS)
 bench-scale: build redis
 	$(CARGO) run --release -p settle --example bench_scale -- --store redb $(SCALE_ARGS)

@@ -308,6 +308,13 @@ async fn main() -> anyhow::Result<()> {
     );
     let rss_in_flight: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmRSS:")).collect();
     let large_store_cost = tasks_get_cost(&urls[0], &ids, 1_000).await?;
+    println!(
+        "  tasks/get with {} tasks stored: p50 {:.0} µs, p99 {:.0} µs; RSS now {:?} KiB",
+        ids.len(),
+        large_store_cost.0.as_secs_f64() * 1e6,
+        large_store_cost.1.as_secs_f64() * 1e6,
+        rss_in_flight
+    );
 
     // Wait until the simulator has applied every command and two more poll
     // intervals have passed, then stop the runners and read the store.
@@ -329,12 +336,20 @@ async fn main() -> anyhow::Result<()> {
     sampler.abort();
     let peak = peak.lock().unwrap().clone();
     let hwm: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmHWM:")).collect();
+    let stopping = Instant::now();
     for mut runner in runners {
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &runner.child.id().unwrap_or(0).to_string()])
             .status();
-        let _ = tokio::time::timeout(Duration::from_secs(60), runner.child.wait()).await;
+        // The store can only be read once the runner has let go of it.
+        if tokio::time::timeout(Duration::from_secs(600), runner.child.wait())
+            .await
+            .is_err()
+        {
+            bail!("a runner did not stop within 600 s of SIGTERM");
+        }
     }
+    let shutdown = stopping.elapsed();
 
     let reads: u64 = stats["devices"]
         .as_object()
@@ -403,6 +418,10 @@ async fn main() -> anyhow::Result<()> {
             hwm[i] as f64 / (args.tasks as f64 / pids.len() as f64)
         );
     }
+    println!(
+        "  SIGTERM to every runner stopped: {:.1} s",
+        shutdown.as_secs_f64()
+    );
     println!(
         "  store size: {:.0} MiB",
         store_size as f64 / (1 << 20) as f64

@@ -83,12 +83,16 @@ impl Scheduler {
                     continue;
                 }
             };
-            self.advance_all(due).await;
+            self.advance_all(due, &stop).await;
         }
     }
 
     /// Advances every claimed task, one plugin call per (tenant, group).
-    async fn advance_all(&self, due: Vec<Due>) {
+    /// Once `stop` is cancelled no further group starts: their tasks stay
+    /// leased, and come due again (here after a restart, or on another
+    /// replica) when the lease ends, so a shutdown under load is not held up
+    /// by a whole claimed batch.
+    async fn advance_all(&self, due: Vec<Due>, stop: &CancellationToken) {
         let mut groups: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
         for d in due {
             groups
@@ -98,6 +102,9 @@ impl Scheduler {
         }
         let mut running = JoinSet::new();
         for ((namespace, group), task_ids) in groups {
+            if stop.is_cancelled() {
+                break;
+            }
             let Some(tenant) = self.tenants.by_namespace(&namespace) else {
                 tracing::warn!(
                     namespace = %namespace,

@@ -86,7 +86,7 @@ impl wit::Host for RunnerView<'_> {
                 .and_then(|d| d["status"].as_str().map(ended_status));
             self.tenant
                 .metrics
-                .task(&self.tenant.name, status.unwrap_or("unknown"));
+                .task(&self.tenant.name, status.unwrap_or("other"));
         }
         self.tenant.events.publish_task(&self.tenant.name, task);
         Ok(())
