@@ -164,6 +164,35 @@ async fn alice_and_bob(delay_ms: u64) -> (device_sim::RunningSim, Dir, Tenants) 
     (sim, dir, tenants)
 }
 
+/// Alice on a private copy of the device plugin, so a test can swap it.
+struct Swappable {
+    sim: device_sim::RunningSim,
+    dir: Dir,
+    /// The device plugin's bytes, to make variants of.
+    original: Vec<u8>,
+    /// Alice's plugin file.
+    plugin: PathBuf,
+    tenants: Tenants,
+}
+
+impl Swappable {
+    async fn start(delay_ms: u64, watch: bool) -> Swappable {
+        let sim = sim(Duration::from_millis(delay_ms)).await;
+        let dir = Dir::new();
+        let original = std::fs::read(plugin_path()).unwrap();
+        let plugin = dir.copy(&plugin_path(), "alice.wasm");
+        let config = dir.write(watch, &[tenant("alice", &plugin, &sim.base_url(), "")]);
+        let tenants = Tenants::start(&config).await;
+        Swappable {
+            sim,
+            dir,
+            original,
+            plugin,
+            tenants,
+        }
+    }
+}
+
 /// The same component with a custom section appended: different bytes (so
 /// a swap really compiles and replaces it), identical behaviour.
 fn variant(component: &[u8], n: u32) -> Vec<u8> {
@@ -511,12 +540,13 @@ async fn a_hostile_fault_is_logged_with_the_tenant_name() {
 
 #[tokio::test]
 async fn a_swap_under_continuous_load_fails_no_call() {
-    let sim = sim(Duration::from_millis(100)).await;
-    let dir = Dir::new();
-    let original = std::fs::read(plugin_path()).unwrap();
-    let plugin = dir.copy(&plugin_path(), "alice.wasm");
-    let config = dir.write(false, &[tenant("alice", &plugin, &sim.base_url(), "")]);
-    let t = Tenants::start(&config).await;
+    let Swappable {
+        sim: _sim,
+        dir: _dir,
+        original,
+        plugin,
+        tenants: t,
+    } = Swappable::start(100, false).await;
     let (stop, ok, failed) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicU64::new(0)),
@@ -565,12 +595,13 @@ async fn a_swap_under_continuous_load_fails_no_call() {
 #[tokio::test]
 async fn a_task_started_before_a_swap_completes_after_it() {
     // Long enough that compiling the new version ends first.
-    let sim = sim(Duration::from_millis(8_000)).await;
-    let dir = Dir::new();
-    let original = std::fs::read(plugin_path()).unwrap();
-    let plugin = dir.copy(&plugin_path(), "alice.wasm");
-    let config = dir.write(false, &[tenant("alice", &plugin, &sim.base_url(), "")]);
-    let t = Tenants::start(&config).await;
+    let Swappable {
+        sim: _sim,
+        dir: _dir,
+        original,
+        plugin,
+        tenants: t,
+    } = Swappable::start(8_000, false).await;
     let alice = t.client("alice").await;
     let created = structured(&complete(
         call(
@@ -601,11 +632,13 @@ async fn a_task_started_before_a_swap_completes_after_it() {
 
 #[tokio::test]
 async fn a_broken_plugin_is_refused_and_the_old_one_keeps_serving() {
-    let sim = sim(Duration::from_millis(100)).await;
-    let dir = Dir::new();
-    let plugin = dir.copy(&plugin_path(), "alice.wasm");
-    let config = dir.write(false, &[tenant("alice", &plugin, &sim.base_url(), "")]);
-    let t = Tenants::start(&config).await;
+    let Swappable {
+        sim: _sim,
+        dir: _dir,
+        original: _,
+        plugin,
+        tenants: t,
+    } = Swappable::start(100, false).await;
     let alice = t.client("alice").await;
 
     // An empty component: valid, but it exports nothing.
@@ -648,12 +681,13 @@ async fn a_broken_plugin_is_refused_and_the_old_one_keeps_serving() {
 
 #[tokio::test]
 async fn the_watcher_swaps_a_changed_file_and_refuses_a_broken_one() {
-    let sim = sim(Duration::from_millis(100)).await;
-    let dir = Dir::new();
-    let original = std::fs::read(plugin_path()).unwrap();
-    let plugin = dir.copy(&plugin_path(), "alice.wasm");
-    let config = dir.write(true, &[tenant("alice", &plugin, &sim.base_url(), "")]);
-    let t = Tenants::start(&config).await;
+    let Swappable {
+        sim: _sim,
+        dir: _dir,
+        original,
+        plugin,
+        tenants: t,
+    } = Swappable::start(100, true).await;
     let alice = t.client("alice").await;
     let swaps = |status: &'static str| {
         let t = &t;
@@ -701,11 +735,13 @@ async fn the_watcher_swaps_a_changed_file_and_refuses_a_broken_one() {
 
 #[tokio::test]
 async fn a_new_tool_list_reaches_listening_clients() {
-    let sim = sim(Duration::from_millis(100)).await;
-    let dir = Dir::new();
-    let plugin = dir.copy(&plugin_path(), "alice.wasm");
-    let config = dir.write(false, &[tenant("alice", &plugin, &sim.base_url(), "")]);
-    let t = Tenants::start(&config).await;
+    let Swappable {
+        sim: _sim,
+        dir: _dir,
+        original: _,
+        plugin,
+        tenants: t,
+    } = Swappable::start(100, false).await;
     let mut listen = Listen::open_with_token(
         &t.url("alice"),
         Some(&token("alice")),
