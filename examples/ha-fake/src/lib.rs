@@ -12,7 +12,8 @@
 //!   `set_fan_mode`, `set_swing_mode` and `set_swing_horizontal_mode`, and
 //!   answers `200` with the list of states it changed. A value the entity
 //!   does not list is a `400` with a message, as Home Assistant's service
-//!   validation gives.
+//!   validation gives. The documentation does not say what a call naming a
+//!   missing entity gets; this fake answers `400` with a message.
 //!
 //! A state object is `{entity_id, state, attributes, last_changed,
 //! last_updated, context}`; a climate entity's state is its HVAC mode
