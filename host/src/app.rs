@@ -520,11 +520,10 @@ impl Runner {
                 stop_reading.cancel();
             }
         });
+        // `settle serve` refuses stdio with several tenants before it
+        // starts; this guards other callers.
         let [served] = self.served.as_slice() else {
-            bail!(
-                "stdio serves one tenant, and the tenants file has {}: choose one with --tenant",
-                self.served.len()
-            );
+            bail!("serve_stdio needs a runner with exactly one tenant");
         };
         crate::mcp::stdio::serve(served.settle.clone(), input, output, stop_reading).await?;
         watcher.abort();

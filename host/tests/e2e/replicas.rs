@@ -85,8 +85,14 @@ async fn a_killed_replica_s_task_is_finished_by_another() {
         .await,
     ));
     let id = task["taskId"].as_str().unwrap().to_string();
-    // Let A take the task on (its scheduler claims it), then kill it.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Wait until a scheduler has claimed the task and read the device for
+    // it, then kill A mid-task.
+    let (_, reads_at_creation) = sim_counts(&sim, "ac-bedroom");
+    let deadline = Instant::now() + DEADLINE;
+    while sim_counts(&sim, "ac-bedroom").1 == reads_at_creation {
+        assert!(Instant::now() < deadline, "no replica advanced the task");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     a.signal("KILL");
     a.exited().await;
 

@@ -166,8 +166,9 @@ async fn alice_and_bob(delay_ms: u64) -> (device_sim::RunningSim, Dir, Tenants) 
 
 /// Alice on a private copy of the device plugin, so a test can swap it.
 struct Swappable {
-    sim: device_sim::RunningSim,
-    dir: Dir,
+    /// Kept for the test's lifetime: the device API and the tenants file.
+    _sim: device_sim::RunningSim,
+    _dir: Dir,
     /// The device plugin's bytes, to make variants of.
     original: Vec<u8>,
     /// Alice's plugin file.
@@ -184,12 +185,16 @@ impl Swappable {
         let config = dir.write(watch, &[tenant("alice", &plugin, &sim.base_url(), "")]);
         let tenants = Tenants::start(&config).await;
         Swappable {
-            sim,
-            dir,
+            _sim: sim,
+            _dir: dir,
             original,
             plugin,
             tenants,
         }
+    }
+
+    async fn stop(self) {
+        self.tenants.server.stop().await;
     }
 }
 
@@ -540,13 +545,9 @@ async fn a_hostile_fault_is_logged_with_the_tenant_name() {
 
 #[tokio::test]
 async fn a_swap_under_continuous_load_fails_no_call() {
-    let Swappable {
-        sim: _sim,
-        dir: _dir,
-        original,
-        plugin,
-        tenants: t,
-    } = Swappable::start(100, false).await;
+    let s = Swappable::start(100, false).await;
+    let t = &s.tenants;
+    let (original, plugin) = (&s.original, &s.plugin);
     let (stop, ok, failed) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicU64::new(0)),
@@ -564,7 +565,7 @@ async fn a_swap_under_continuous_load_fails_no_call() {
     }
     const SWAPS: u32 = 6;
     for n in 1..=SWAPS {
-        replace(&plugin, &variant(&original, n));
+        replace(plugin, &variant(original, n));
         let (status, swap) = t.reload("alice").await;
         assert_eq!(
             (status, swap["result"].as_str()),
@@ -589,19 +590,15 @@ async fn a_swap_under_continuous_load_fails_no_call() {
         ),
         SWAPS as f64
     );
-    t.server.stop().await;
+    s.stop().await;
 }
 
 #[tokio::test]
 async fn a_task_started_before_a_swap_completes_after_it() {
     // Long enough that compiling the new version ends first.
-    let Swappable {
-        sim: _sim,
-        dir: _dir,
-        original,
-        plugin,
-        tenants: t,
-    } = Swappable::start(8_000, false).await;
+    let s = Swappable::start(8_000, false).await;
+    let t = &s.tenants;
+    let (original, plugin) = (&s.original, &s.plugin);
     let alice = t.client("alice").await;
     let created = structured(&complete(
         call(
@@ -614,7 +611,7 @@ async fn a_task_started_before_a_swap_completes_after_it() {
     assert_eq!(created["status"], "working", "{created}");
     let id = created["taskId"].as_str().unwrap().to_string();
 
-    replace(&plugin, &variant(&original, 1));
+    replace(plugin, &variant(original, 1));
     let (_, swap) = t.reload("alice").await;
     assert_eq!(swap["result"], "loaded", "{swap}");
     let before = structured(&complete(
@@ -627,18 +624,14 @@ async fn a_task_started_before_a_swap_completes_after_it() {
 
     let done = wait_for_end(&alice, &id).await;
     assert_eq!(done["status"], "completed", "{done}");
-    t.server.stop().await;
+    s.stop().await;
 }
 
 #[tokio::test]
 async fn a_broken_plugin_is_refused_and_the_old_one_keeps_serving() {
-    let Swappable {
-        sim: _sim,
-        dir: _dir,
-        original: _,
-        plugin,
-        tenants: t,
-    } = Swappable::start(100, false).await;
+    let s = Swappable::start(100, false).await;
+    let t = &s.tenants;
+    let plugin = &s.plugin;
     let alice = t.client("alice").await;
 
     // An empty component: valid, but it exports nothing.
@@ -653,7 +646,7 @@ async fn a_broken_plugin_is_refused_and_the_old_one_keeps_serving() {
             "does not fit the settle:plugin/device-plugin world",
         ),
     ] {
-        replace(&plugin, &bytes);
+        replace(plugin, &bytes);
         let (status, swap) = t.reload("alice").await;
         assert_eq!(
             (status, swap["result"].as_str()),
@@ -676,18 +669,14 @@ async fn a_broken_plugin_is_refused_and_the_old_one_keeps_serving() {
             "the old plugin serves: {state}"
         );
     }
-    t.server.stop().await;
+    s.stop().await;
 }
 
 #[tokio::test]
 async fn the_watcher_swaps_a_changed_file_and_refuses_a_broken_one() {
-    let Swappable {
-        sim: _sim,
-        dir: _dir,
-        original,
-        plugin,
-        tenants: t,
-    } = Swappable::start(100, true).await;
+    let s = Swappable::start(100, true).await;
+    let t = &s.tenants;
+    let (original, plugin) = (&s.original, &s.plugin);
     let alice = t.client("alice").await;
     let swaps = |status: &'static str| {
         let t = &t;
@@ -708,7 +697,7 @@ async fn the_watcher_swaps_a_changed_file_and_refuses_a_broken_one() {
             }
         }
     };
-    replace(&plugin, b"garbage");
+    replace(plugin, b"garbage");
     wait_for("refused", 1.0).await;
     let state = structured(&complete(
         call(
@@ -719,7 +708,7 @@ async fn the_watcher_swaps_a_changed_file_and_refuses_a_broken_one() {
         .await,
     ));
     assert_eq!(state["deviceId"], "ac-living");
-    replace(&plugin, &variant(&original, 7));
+    replace(plugin, &variant(original, 7));
     wait_for("loaded", 1.0).await;
     let state = structured(&complete(
         call(
@@ -730,18 +719,14 @@ async fn the_watcher_swaps_a_changed_file_and_refuses_a_broken_one() {
         .await,
     ));
     assert_eq!(state["deviceId"], "ac-living");
-    t.server.stop().await;
+    s.stop().await;
 }
 
 #[tokio::test]
 async fn a_new_tool_list_reaches_listening_clients() {
-    let Swappable {
-        sim: _sim,
-        dir: _dir,
-        original: _,
-        plugin,
-        tenants: t,
-    } = Swappable::start(100, false).await;
+    let s = Swappable::start(100, false).await;
+    let t = &s.tenants;
+    let plugin = &s.plugin;
     let mut listen = Listen::open_with_token(
         &t.url("alice"),
         Some(&token("alice")),
@@ -753,7 +738,7 @@ async fn a_new_tool_list_reaches_listening_clients() {
     let ack = listen.next(DEADLINE).await.expect("acknowledged");
     assert!(ack.get("error").is_none(), "{ack}");
 
-    replace(&plugin, &std::fs::read(hostile_plugin_path()).unwrap());
+    replace(plugin, &std::fs::read(hostile_plugin_path()).unwrap());
     let (_, swap) = t.reload("alice").await;
     assert_eq!(swap["tools_changed"], true, "{swap}");
     let notice = listen.next(DEADLINE).await.expect("a notification");
@@ -763,7 +748,7 @@ async fn a_new_tool_list_reaches_listening_clients() {
     );
     let tools = t.client("alice").await.list_all_tools().await.unwrap();
     assert!(tools.iter().any(|tool| tool.name == "ping"), "{tools:?}");
-    t.server.stop().await;
+    s.stop().await;
 }
 
 #[tokio::test]
