@@ -1,49 +1,59 @@
 //! settle's device plugin: the WASI component that knows devices and tasks.
 //!
 //! # Layout
-//! - [`tools`]: the MCP tools, one module each, and the verified command.
-//! - [`task`]: the task state machine (pure).
+//! - [`app`]: the application core: the verified command, the scheduler's
+//!   wakes, answers, reading and cancelling tasks.
+//! - [`device`]: the model of each device: its command timeline, what it
+//!   shows, how long it takes to act (pure).
+//! - [`task`]: the task state machine (pure), its views and wakes.
+//! - [`tools`]: the MCP tools, one module each.
+//! - [`resources`]: each device's state as a subscribable resource.
 //! - [`gate`]: the safety gate (pure).
-//! - [`model`]: the device model and value comparison (pure).
+//! - [`model`]: the device's fields and value comparison (pure).
 //! - [`question`]: questions to a person and their answers (pure).
 //! - [`driver`]: device APIs mapped onto the model.
-//! - [`store`]: task records and device indexes in key-value storage.
-//! - [`advance`]: what the scheduler's wake-ups do.
-//! - [`answers`]: a person's answers to a task's questions (`tasks/update`).
-//! - [`resources`]: each device's state as a subscribable resource.
-//! - [`settings`]: configuration from `wasi:config`.
+//! - [`store`]: the records in key-value storage.
+//! - [`platform`]: what the core needs from outside (clock, storage,
+//!   wakes, notices) as traits, with the component's implementation and an
+//!   in-memory one for native tests.
+//! - [`settings`]: the plugin's configuration.
 //!
-//! The runner's imports are reached only through `settle_plugin_sdk::host`.
+//! Dependencies point one way: `tools` and `resources` use `app`; `app`
+//! uses `device`, `task`, `store`, `driver` and `platform`; those use the
+//! pure modules. The runner's imports are reached only through
+//! `settle_plugin_sdk::host`, from `platform::wasi` and the drivers' HTTP.
 //!
 //! This file only converts between WIT types and those modules.
 
-// Natively (for the unit tests of the pure modules) nothing is exported, so
-// everything only the exports reach looks unused there.
-#![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-
-mod advance;
-mod answers;
+pub mod app;
+pub mod device;
 pub mod driver;
 pub mod gate;
 pub mod model;
+pub mod platform;
 pub mod question;
-mod resources;
+pub mod resources;
 pub mod settings;
-mod store;
+pub mod store;
 pub mod task;
-mod tools;
+pub mod tools;
 
 // Bindings and the runner's imports come from the SDK every plugin shares;
 // these names keep `crate::host` and friends short.
 use settle_plugin_sdk::{bindings, host, url};
 
+use app::tasks::TaskError as AppTaskError;
+use app::{Caller, Client, Context, Failure, Output};
 use bindings::exports::settle::plugin::plugin::Guest;
 use bindings::settle::plugin::types::{
     CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
 };
+use platform::wasi::{WasiPlatform, task_view};
 use serde_json::{Value as Json, json};
-use tools::{Caller, Failure, Output};
+use store::Store;
 
+// Natively (the unit tests) nothing exports it; see the end of this file.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 struct Plugin;
 
 impl Guest for Plugin {
@@ -51,23 +61,35 @@ impl Guest for Plugin {
         // Read once when the runner loads the plugin: a configuration this
         // plugin cannot work with (a bad device profile, an unknown driver)
         // is refused then, not on every call.
-        if let Err(problem) = tools::Context::load() {
-            return serde_json::json!({ "configurationError": problem }).to_string();
+        let loaded = WasiPlatform::open().and_then(|p| Context::load(&p).map(|_| ()));
+        if let Err(problem) = loaded {
+            return json!({ "configurationError": problem }).to_string();
         }
         resources::capabilities().to_string()
     }
 
     fn list_tools() -> Vec<Tool> {
-        tools::definitions()
-            .map(|d| Tool {
-                name: d.name.to_string(),
-                title: None,
-                description: d.description.to_string(),
-                input_schema: d.input_schema.to_string(),
-                output_schema: Some(d.output_schema.to_string()),
-                annotations: d
-                    .read_only
-                    .then(|| json!({"readOnlyHint": true}).to_string()),
+        // Schemas advertise what the configured devices accept; when the
+        // device API cannot say (yet), they set no range, and every value
+        // is still checked against its own device.
+        let advertised = WasiPlatform::open()
+            .ok()
+            .and_then(|p| Context::load(&p).ok()?.driver.advertised().ok())
+            .unwrap_or_default();
+        tools::definitions(&advertised)
+            .into_iter()
+            .map(|listed| {
+                let d = listed.definition;
+                Tool {
+                    name: d.name.to_string(),
+                    title: None,
+                    description: d.description.to_string(),
+                    input_schema: listed.input_schema,
+                    output_schema: Some(d.output_schema.to_string()),
+                    annotations: d
+                        .read_only
+                        .then(|| json!({"readOnlyHint": true}).to_string()),
+                }
             })
             .collect()
     }
@@ -80,13 +102,18 @@ impl Guest for Plugin {
             .as_deref()
             .and_then(|r| serde_json::from_str::<Json>(r).ok());
         let caller = Caller {
-            client: &request.client,
+            client: Client {
+                tasks: request.client.tasks,
+                elicitation: request.client.elicitation,
+            },
             input_responses: input_responses.as_ref(),
             request_state: request.request_state.as_deref(),
         };
-        match tools::call(&request.name, &arguments, &caller) {
+        let platform = WasiPlatform::open().map_err(CallError::Internal)?;
+        let ctx = Context::load(&platform).map_err(CallError::Internal)?;
+        match tools::call(&ctx, &request.name, &arguments, &caller) {
             Ok(Output::Result(result)) => Ok(CallOutcome::Complete(result.to_string())),
-            Ok(Output::Task(record)) => Ok(CallOutcome::Task(store::view(&record))),
+            Ok(Output::Task(record)) => Ok(CallOutcome::Task(task_view(&record))),
             Ok(Output::Questions(questions)) => {
                 Ok(CallOutcome::InputRequired(questions.to_string()))
             }
@@ -103,7 +130,8 @@ impl Guest for Plugin {
 
     fn serve(request: McpRequest) -> Result<RequestOutcome, CallError> {
         let params: Json = serde_json::from_str(&request.params).unwrap_or_else(|_| json!({}));
-        let ctx = tools::Context::load().map_err(CallError::Internal)?;
+        let platform = WasiPlatform::open().map_err(CallError::Internal)?;
+        let ctx = Context::load(&platform).map_err(CallError::Internal)?;
         resources::serve(&ctx, &request.method, &params)
             .map(|result| RequestOutcome::Complete(result.to_string()))
             .map_err(|e| match e {
@@ -114,39 +142,43 @@ impl Guest for Plugin {
     }
 
     fn get_task(task_id: String) -> Result<TaskView, TaskError> {
-        let tasks = store::Tasks::open().map_err(TaskError::Internal)?;
-        let now = host::now_ms();
-        let (record, _) = tasks
-            .update(&task_id, now, |t| t.expire_if_due(now))
-            .map_err(TaskError::Internal)?
-            .ok_or_else(|| not_found(&task_id))?;
-        Ok(store::view(&record))
+        let platform = WasiPlatform::open().map_err(TaskError::Internal)?;
+        let record = app::tasks::get(&Store::new(&platform), host::now_ms(), &task_id)
+            .map_err(task_error)?;
+        Ok(task_view(&record))
     }
 
     fn update_task(task_id: String, input_responses: String) -> Result<(), TaskError> {
         let responses: Json = serde_json::from_str(&input_responses).unwrap_or_else(|_| json!({}));
-        answers::deliver(&task_id, &responses)
+        let platform = WasiPlatform::open().map_err(TaskError::Internal)?;
+        let ctx = Context::load(&platform).map_err(TaskError::Internal)?;
+        app::answers::deliver(&ctx, &task_id, &responses).map_err(task_error)
     }
 
     fn cancel_task(task_id: String) -> Result<(), TaskError> {
-        let tasks = store::Tasks::open().map_err(TaskError::Internal)?;
-        let now = host::now_ms();
-        tasks
-            .update(&task_id, now, |t| t.cancel(now))
-            .map_err(TaskError::Internal)?
-            .ok_or_else(|| not_found(&task_id))?;
-        Ok(())
+        let platform = WasiPlatform::open().map_err(TaskError::Internal)?;
+        app::tasks::cancel(&Store::new(&platform), host::now_ms(), &task_id)
+            .map(|_| ())
+            .map_err(task_error)
     }
 
     fn advance(group: String, task_ids: Vec<String>) {
-        if let Err(e) = advance::run(&group, &task_ids) {
+        let outcome = WasiPlatform::open().and_then(|platform| {
+            let ctx = Context::load(&platform)?;
+            app::advance::run(&ctx, &group, &task_ids)
+        });
+        if let Err(e) = outcome {
             host::log(host::Level::Error, &format!("advancing {group}: {e}"));
         }
     }
 }
 
-fn not_found(task_id: &str) -> TaskError {
-    TaskError::NotFound(format!("Task not found: {task_id:?}"))
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+fn task_error(e: AppTaskError) -> TaskError {
+    match e {
+        AppTaskError::NotFound(m) => TaskError::NotFound(m),
+        AppTaskError::Internal(m) => TaskError::Internal(m),
+    }
 }
 
 // Exported only in the component: native builds (the unit tests) cannot link

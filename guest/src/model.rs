@@ -159,6 +159,51 @@ pub struct FieldSpec {
     pub comparison: Comparison,
 }
 
+/// What several devices accept, as one spec per field: the union of their
+/// ranges (a step shared by all, or none), the union of their choices.
+pub fn union_of_devices(specs: impl IntoIterator<Item = FieldSpec>) -> Vec<FieldSpec> {
+    let mut out: Vec<FieldSpec> = Vec::new();
+    for spec in specs {
+        let Some(known) = out.iter_mut().find(|s| s.field == spec.field) else {
+            out.push(spec);
+            continue;
+        };
+        known.allowed = match (&known.allowed, spec.allowed) {
+            (
+                Allowed::Range { min, max, step },
+                Allowed::Range {
+                    min: min2,
+                    max: max2,
+                    step: step2,
+                },
+            ) => Allowed::Range {
+                min: min.min(min2),
+                max: max.max(max2),
+                step: common_step(*step, step2),
+            },
+            (Allowed::Choices(a), Allowed::Choices(b)) => {
+                let mut all = a.clone();
+                all.extend(b.into_iter().filter(|c| !a.contains(c)));
+                Allowed::Choices(all)
+            }
+            (mine, _) => mine.clone(),
+        };
+    }
+    out
+}
+
+/// The smaller step when the larger is a whole multiple of it (every value
+/// either device accepts is then a multiple of it); otherwise 0, no step.
+fn common_step(a: f64, b: f64) -> f64 {
+    let (small, large) = if a <= b { (a, b) } else { (b, a) };
+    let ratio = large / small;
+    if small > 0.0 && (ratio - ratio.round()).abs() < 1e-9 {
+        small
+    } else {
+        0.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +255,49 @@ mod tests {
             .check(Field::Power, &Value::Choice("maybe".into()))
             .unwrap_err();
         assert_eq!(err, "power must be one of on, off, not \"maybe\"");
+    }
+
+    #[test]
+    fn several_devices_accept_the_union_of_their_ranges_and_choices() {
+        let spec = |allowed| FieldSpec {
+            field: Field::TargetTemperature,
+            allowed,
+            comparison: Comparison::Tolerance(0.1),
+        };
+        let union = union_of_devices([
+            spec(Allowed::Range {
+                min: 16.0,
+                max: 30.0,
+                step: 0.5,
+            }),
+            spec(Allowed::Range {
+                min: 7.0,
+                max: 35.0,
+                step: 1.0,
+            }),
+        ]);
+        assert_eq!(
+            union[0].allowed,
+            Allowed::Range {
+                min: 7.0,
+                max: 35.0,
+                step: 0.5
+            }
+        );
+        let modes = union_of_devices([
+            FieldSpec {
+                field: Field::Mode,
+                allowed: Allowed::choices(&["cool", "heat"]),
+                comparison: Comparison::CaseInsensitive,
+            },
+            FieldSpec {
+                field: Field::Mode,
+                allowed: Allowed::choices(&["heat", "dry"]),
+                comparison: Comparison::CaseInsensitive,
+            },
+        ]);
+        assert_eq!(modes[0].allowed, Allowed::choices(&["cool", "heat", "dry"]));
+        assert_eq!(common_step(0.5, 0.3), 0.0, "no step both share");
     }
 
     #[test]

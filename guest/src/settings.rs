@@ -2,7 +2,7 @@
 //! fresh per call, so there is nothing to cache).
 
 use crate::host;
-use crate::task::Timing;
+use crate::task::{DEFAULT_DENSE_READ_MS, Timing};
 
 /// Every key the plugin reads, with its meaning; the runner documents the
 /// same list for operators.
@@ -20,11 +20,15 @@ pub const KEYS: &[(&str, &str)] = &[
     ("ttl_ms", "task lifetime from creation"),
     (
         "poll_interval_ms",
-        "time between sensor reads of a waiting task",
+        "time between sensor reads while a device has no history; the longest gap otherwise",
+    ),
+    (
+        "dense_read_ms",
+        "time between sensor reads while a device's change is expected",
     ),
     (
         "settle_window_ms",
-        "how long an unchanged device may take before 'not applied'",
+        "how long an unchanged device may take before 'not applied', until its own timing is known",
     ),
     (
         "stable_reads",
@@ -87,6 +91,7 @@ impl Settings {
             }
         };
         let stable_reads = number("stable_reads", 2)?;
+        let poll_interval_ms = number("poll_interval_ms", 1_000)?.max(50);
         let settings = Settings {
             device_api,
             device_token: lookup("device_token")?.filter(|t| !t.is_empty()),
@@ -94,9 +99,12 @@ impl Settings {
             device_profile: lookup("device_profile")?.filter(|p| !p.trim().is_empty()),
             timing: Timing {
                 ttl_ms: number("ttl_ms", 300_000)?,
-                poll_interval_ms: number("poll_interval_ms", 1_000)?.max(50),
+                poll_interval_ms,
                 settle_window_ms: number("settle_window_ms", 30_000)?,
                 stable_reads: u32::try_from(stable_reads.clamp(1, 100)).unwrap_or(2),
+                // At least 20 ms (a read takes time), at most one poll.
+                dense_read_ms: number("dense_read_ms", DEFAULT_DENSE_READ_MS)?
+                    .clamp(20, poll_interval_ms),
             },
             http_timeout_ms: number("http_timeout_ms", 5_000)?.max(1),
             probe_max_age_ms: number("probe_max_age_ms", 1_000)?,

@@ -1,14 +1,15 @@
-//! Task records and per-device indexes in the tenant's key-value bucket.
+//! The plugin's records in the tenant's key-value bucket: tasks, each
+//! device's model, and each device's last reading.
 //!
-//! Every write of a task goes through compare-and-swap, and every change is
+//! Every write goes through compare-and-swap. Every change to a task is
 //! published to the runner (for listeners and callers waiting inline) and
-//! rescheduled, in one place: [`Tasks::commit`].
+//! rescheduled in one place: [`Store::commit`].
 
-use crate::bindings::settle::plugin::types::TaskView;
+use crate::device::{DeviceModel, Waiter, state_digest};
 use crate::driver::Reading;
-use crate::host::{self, CasUpdate, Kv};
 use crate::model::{Field, Value};
-use crate::task::{RECORD_FORMAT, TaskRecord, tool_result};
+use crate::platform::{CasUpdate, Platform, cas_update, schedule_one};
+use crate::task::{RECORD_FORMAT, TaskRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,16 +17,18 @@ fn task_key(id: &str) -> String {
     format!("task/{id}")
 }
 
-fn claims_key(device_id: &str) -> String {
-    format!("device/{device_id}/claims")
+fn model_key(device_id: &str) -> String {
+    format!("device/{device_id}/model")
+}
+
+/// Where versions before the device model kept a device's waiting tasks;
+/// read once to carry tasks in flight over a plugin swap.
+fn old_waiting_key(device_id: &str) -> String {
+    format!("device/{device_id}/waiting")
 }
 
 fn readable_key(device_id: &str) -> String {
     format!("device/{device_id}/readable")
-}
-
-fn waiting_key(device_id: &str) -> String {
-    format!("device/{device_id}/waiting")
 }
 
 /// The scheduler id of a device's tick. Task ids are hex, so no task id
@@ -38,48 +41,6 @@ pub fn device_wake_id(device_id: &str) -> String {
 pub fn device_of_wake(id: &str) -> Option<&str> {
     id.strip_prefix("device:")
 }
-
-/// The tasks waiting on one device's reads, and the device's read count.
-///
-/// With many tasks on one device, this is what makes an unchanged device
-/// cheap: a tick reads the sensors once, compares the state, and touches
-/// only this record unless something changed or a task's check is due.
-#[derive(Serialize, Deserialize, Default, Debug, PartialEq)]
-pub struct Waiting {
-    /// Waiting task id → when it must be looked at even if nothing changes,
-    /// and the device's read count when it joined.
-    pub tasks: BTreeMap<String, Waiter>,
-    /// Sensor reads of this device that answered, ever.
-    pub reads: u64,
-    /// Reads in a row that did not answer.
-    #[serde(default)]
-    pub failed_streak: u32,
-    /// A digest of the last reading the tasks were shown.
-    pub last_state: Option<String>,
-    /// When the device's tick is scheduled, as far as this record knows.
-    pub wake_at: Option<u64>,
-}
-
-/// One waiting task.
-#[derive(Serialize, Deserialize, Default, Debug, PartialEq, Clone, Copy)]
-pub struct Waiter {
-    pub check_at: u64,
-    pub base: u64,
-}
-
-/// The value last commanded for each field of a device, and the tasks that
-/// wait for it.
-type Claims = BTreeMap<Field, Claim>;
-
-#[derive(Serialize, Deserialize, Default)]
-struct Claim {
-    value: Option<Value>,
-    tasks: Vec<String>,
-}
-
-/// Tasks remembered per field and value. Older ones have almost surely
-/// ended; dropping them only means they are not told of a newer command.
-const MAX_CLAIMANTS: usize = 1000;
 
 /// What a device's sensor endpoint last reported, and when: which fields it
 /// reports (for when it cannot be read), the state (to notice when it
@@ -100,18 +61,9 @@ struct LastReading {
 /// if nothing changed, so it can stand in for a fresh read.
 const REFRESH_AFTER_MS: u64 = 500;
 
-pub struct Tasks {
-    kv: Kv,
-}
-
-/// Both renderings of a task, as the runner receives them.
-pub fn view(record: &TaskRecord) -> TaskView {
-    TaskView {
-        task_id: record.id.clone(),
-        terminal: record.is_terminal(),
-        detailed: record.to_detailed_json().to_string(),
-        tool_result: tool_result(&record.to_tool_json(), false).to_string(),
-    }
+/// The records, over a platform's bucket.
+pub struct Store<'p> {
+    platform: &'p dyn Platform,
 }
 
 fn decode(key: &str, bytes: &[u8]) -> Result<TaskRecord, String> {
@@ -134,20 +86,25 @@ fn encode(record: &TaskRecord) -> Vec<u8> {
     serde_json::to_vec(record).expect("task records always serialize")
 }
 
-impl Tasks {
-    pub fn open() -> Result<Tasks, String> {
-        Ok(Tasks { kv: Kv::open()? })
+impl<'p> Store<'p> {
+    pub fn new(platform: &'p dyn Platform) -> Store<'p> {
+        Store { platform }
     }
 
     pub fn load(&self, id: &str) -> Result<Option<TaskRecord>, String> {
         let key = task_key(id);
-        self.kv.get(&key)?.map(|b| decode(&key, &b)).transpose()
+        self.platform
+            .kv()
+            .get(&key)?
+            .map(|b| decode(&key, &b))
+            .transpose()
     }
 
     /// Loads several tasks in one round trip; a missing one is `None`.
     pub fn load_many(&self, ids: &[String]) -> Result<Vec<Option<TaskRecord>>, String> {
         let keys: Vec<String> = ids.iter().map(|id| task_key(id)).collect();
-        self.kv
+        self.platform
+            .kv()
             .get_many(&keys)?
             .into_iter()
             .zip(&keys)
@@ -159,13 +116,13 @@ impl Tasks {
     /// can be handed out.
     pub fn create(&self, record: &TaskRecord, first_wake_ms: u64) -> Result<(), String> {
         let bytes = encode(record);
-        self.kv.cas_update(&task_key(&record.id), |current| {
+        cas_update(self.platform.kv(), &task_key(&record.id), |current| {
             if current.is_some() {
                 return Err(format!("store: task id {} already exists", record.id));
             }
             Ok(CasUpdate::Write(bytes.clone(), ()))
         })?;
-        host::schedule(&record.id, &record.device_id, first_wake_ms)
+        schedule_one(self.platform, &record.id, &record.device_id, first_wake_ms)
     }
 
     /// Applies `change` to the stored task with compare-and-swap. `change`
@@ -180,7 +137,7 @@ impl Tasks {
         mut change: impl FnMut(&mut TaskRecord) -> bool,
     ) -> Result<Option<(TaskRecord, bool)>, String> {
         let key = task_key(id);
-        let outcome = self.kv.cas_update(&key, |current| {
+        let outcome = cas_update(self.platform.kv(), &key, |current| {
             let Some(bytes) = current else {
                 return Ok(CasUpdate::Keep(None));
             };
@@ -209,104 +166,78 @@ impl Tasks {
     /// device's tick instead).
     pub fn commit(&self, record: &TaskRecord, now_ms: u64, visible: bool) -> Result<(), String> {
         if visible {
-            host::task_changed(&view(record));
+            self.platform.task_changed(record);
         }
         match record.next_wake_ms(now_ms) {
-            Some(at) => host::schedule(&record.id, &record.device_id, at),
+            Some(at) => schedule_one(self.platform, &record.id, &record.device_id, at),
             None => Ok(()),
         }
     }
 
-    /// The tasks waiting on a device's reads.
-    pub fn waiting(&self, device_id: &str) -> Result<Waiting, String> {
-        Ok(self
-            .kv
-            .get(&waiting_key(device_id))?
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default())
+    /// Removes an ended task whose time is up.
+    pub fn purge(&self, id: &str) -> Result<(), String> {
+        self.platform.kv().delete(&task_key(id))?;
+        self.platform.unschedule(&[id.to_string()])
     }
 
-    /// Changes a device's waiting set with compare-and-swap; `change` may
-    /// run more than once. Returns what `change` returned last.
-    pub fn update_waiting<T>(
+    /// A device's model (empty for a device never commanded).
+    pub fn device(&self, device_id: &str) -> Result<DeviceModel, String> {
+        match self.platform.kv().get(&model_key(device_id))? {
+            Some(bytes) => decode_model(device_id, &bytes),
+            None => self.migrated(device_id),
+        }
+    }
+
+    /// Changes a device's model with compare-and-swap; `change` may run more
+    /// than once, always on the fresh model. Returns what it returned last.
+    pub fn update_device<T>(
         &self,
         device_id: &str,
-        mut change: impl FnMut(&mut Waiting) -> T,
+        mut change: impl FnMut(&mut DeviceModel) -> T,
     ) -> Result<T, String> {
-        self.kv.cas_update(&waiting_key(device_id), |current| {
-            let mut waiting: Waiting = current
-                .and_then(|b| serde_json::from_slice(b).ok())
-                .unwrap_or_default();
-            let out = change(&mut waiting);
-            let bytes = serde_json::to_vec(&waiting).expect("waiting sets serialize");
+        let mut fallback = None;
+        let key = model_key(device_id);
+        cas_update(self.platform.kv(), &key, |current| {
+            let mut model = match current {
+                Some(bytes) => decode_model(device_id, bytes)?,
+                None => match &fallback {
+                    Some(model) => DeviceModel::clone(model),
+                    None => {
+                        let model = self.migrated(device_id)?;
+                        fallback = Some(model.clone());
+                        model
+                    }
+                },
+            };
+            let out = change(&mut model);
+            let bytes = serde_json::to_vec(&model).expect("device models serialize");
             Ok(CasUpdate::Write(bytes, out))
         })
     }
 
-    /// Adds a task that was just sent to its device's waiting set, and makes
-    /// sure the device's tick comes by `read_at_ms`.
-    pub fn join_waiting(&self, record: &TaskRecord, now_ms: u64) -> Result<(), String> {
-        let read_at = record.next_read_ms(now_ms);
-        let check_at = record.next_check_ms(now_ms);
-        let reschedule = self.update_waiting(&record.device_id, |waiting| {
-            let base = waiting.reads;
-            waiting
-                .tasks
-                .insert(record.id.clone(), Waiter { check_at, base });
-            match waiting.wake_at {
-                Some(at) if at <= read_at => None,
-                _ => {
-                    waiting.wake_at = Some(read_at);
-                    Some(read_at)
-                }
-            }
-        })?;
-        // The task's own wake (the recovery wake of its send) is no longer
-        // needed: the device's tick looks after it now.
-        host::unschedule(std::slice::from_ref(&record.id))?;
-        if let Some(at) = reschedule {
-            host::schedule(&device_wake_id(&record.device_id), &record.device_id, at)?;
+    /// A device as an earlier plugin version left it: its waiting tasks and
+    /// read count, so tasks in flight carry on after a swap.
+    fn migrated(&self, device_id: &str) -> Result<DeviceModel, String> {
+        #[derive(Deserialize, Default)]
+        struct OldWaiting {
+            #[serde(default)]
+            tasks: BTreeMap<String, Waiter>,
+            #[serde(default)]
+            reads: u64,
+            #[serde(default)]
+            wake_at: Option<u64>,
         }
-        Ok(())
-    }
-
-    /// Removes an ended task whose time is up.
-    pub fn purge(&self, id: &str) -> Result<(), String> {
-        self.kv.delete(&task_key(id))?;
-        host::unschedule(&[id.to_string()])
-    }
-
-    /// Records `task_id` as the latest command to these fields of
-    /// `device_id`, and returns the earlier tasks it supersedes: those
-    /// waiting for a *different* value of one of the fields. Tasks that wait
-    /// for the same value keep waiting; the device will show it to all.
-    pub fn claim_fields(
-        &self,
-        device_id: &str,
-        command: &[(Field, Value)],
-        task_id: &str,
-    ) -> Result<Vec<String>, String> {
-        self.kv.cas_update(&claims_key(device_id), |current| {
-            let mut claims: Claims = current
-                .and_then(|bytes| serde_json::from_slice(bytes).ok())
-                .unwrap_or_default();
-            let mut earlier = BTreeSet::new();
-            for (field, value) in command {
-                let claim = claims.entry(*field).or_default();
-                if claim.value.as_ref() != Some(value) {
-                    earlier.extend(claim.tasks.drain(..).filter(|t| t != task_id));
-                    claim.value = Some(value.clone());
-                }
-                if !claim.tasks.iter().any(|t| t == task_id) {
-                    claim.tasks.push(task_id.to_string());
-                }
-                if claim.tasks.len() > MAX_CLAIMANTS {
-                    let excess = claim.tasks.len() - MAX_CLAIMANTS;
-                    claim.tasks.drain(..excess);
-                }
-            }
-            let bytes = serde_json::to_vec(&claims).expect("claims serialize");
-            Ok(CasUpdate::Write(bytes, earlier.into_iter().collect()))
+        let old: OldWaiting = self
+            .platform
+            .kv()
+            .get(&old_waiting_key(device_id))?
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        Ok(DeviceModel {
+            waiting: old.tasks,
+            reads: old.reads,
+            wake_at: old.wake_at,
+            ..DeviceModel::default()
         })
     }
 
@@ -320,13 +251,13 @@ impl Tasks {
     ) -> Result<bool, String> {
         let fresh = LastReading {
             fields: reading.values.keys().copied().collect(),
-            state: crate::question::digest(&format!("{:?}|{:?}", reading.online, reading.values)),
+            state: state_digest(reading),
             values: reading.values.clone(),
             online: reading.online,
             at_ms: now_ms,
         };
         let bytes = serde_json::to_vec(&fresh).expect("readings serialize");
-        self.kv.cas_update(&readable_key(device_id), |current| {
+        cas_update(self.platform.kv(), &readable_key(device_id), |current| {
             // Reads are frequent and the state rarely changes: write when it
             // did, or when the remembered reading grows stale.
             let old = current.and_then(|c| serde_json::from_slice::<LastReading>(c).ok());
@@ -352,9 +283,7 @@ impl Tasks {
         max_age_ms: u64,
     ) -> Result<Option<Reading>, String> {
         Ok(self
-            .kv
-            .get(&readable_key(device_id))?
-            .and_then(|b| serde_json::from_slice::<LastReading>(&b).ok())
+            .last_reading(device_id)?
             .filter(|r| r.at_ms > 0 && now_ms.saturating_sub(r.at_ms) <= max_age_ms)
             .map(|r| Reading {
                 online: r.online,
@@ -365,10 +294,19 @@ impl Tasks {
 
     /// The fields a device reported last time it could be read.
     pub fn remembered_readable(&self, device_id: &str) -> Result<Option<BTreeSet<Field>>, String> {
-        Ok(self
-            .kv
-            .get(&readable_key(device_id))?
-            .and_then(|b| serde_json::from_slice::<LastReading>(&b).ok())
-            .map(|r| r.fields))
+        Ok(self.last_reading(device_id)?.map(|r| r.fields))
     }
+
+    fn last_reading(&self, device_id: &str) -> Result<Option<LastReading>, String> {
+        Ok(self
+            .platform
+            .kv()
+            .get(&readable_key(device_id))?
+            .and_then(|b| serde_json::from_slice::<LastReading>(&b).ok()))
+    }
+}
+
+fn decode_model(device_id: &str, bytes: &[u8]) -> Result<DeviceModel, String> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| format!("store: the model of {device_id} is unreadable: {e}"))
 }

@@ -286,6 +286,21 @@ impl Driver for HomeAssistant {
     fn specs(&self, device_id: &str) -> Result<Vec<FieldSpec>, DriverError> {
         Ok(specs_of(&self.state(device_id)?))
     }
+
+    /// One read of every state: the union over the climate entities.
+    fn advertised(&self) -> Result<Vec<FieldSpec>, DriverError> {
+        let states = self.request("GET", "/api/states", None)?;
+        let climates = states
+            .as_array()
+            .ok_or_else(|| DriverError::BadResponse("/api/states is not a list".into()))?
+            .iter()
+            .filter(|s| {
+                s["entity_id"]
+                    .as_str()
+                    .is_some_and(|id| id.starts_with("climate."))
+            });
+        Ok(crate::model::union_of_devices(climates.flat_map(specs_of)))
+    }
 }
 
 #[cfg(test)]

@@ -85,6 +85,11 @@ pub trait Driver {
 
     /// What each writable field accepts on this device and how it compares.
     fn specs(&self, device_id: &str) -> Result<Vec<FieldSpec>, DriverError>;
+
+    /// What the devices behind this API accept, one spec per field across
+    /// all of them (the union of their ranges), for tool schemas. It must
+    /// not read every device one by one: a tenant may have thousands.
+    fn advertised(&self) -> Result<Vec<FieldSpec>, DriverError>;
 }
 
 /// Sends one JSON request to a device API and reads its JSON answer; a

@@ -2,7 +2,6 @@
 
 use super::args::Args;
 use super::{Caller, Context, Definition, Failure, Output, TASK_ID_SCHEMA, TASK_SCHEMA};
-use crate::host;
 use crate::task::tool_result;
 use serde_json::Value as Json;
 
@@ -12,17 +11,15 @@ pub const DEFINITION: Definition = Definition {
     input_schema: TASK_ID_SCHEMA,
     output_schema: TASK_SCHEMA,
     read_only: false,
+    ranged: &[],
 };
 
-pub fn run(ctx: &Context, arguments: &Json, _caller: &Caller<'_>) -> Result<Output, Failure> {
+pub fn run(ctx: &Context<'_>, arguments: &Json, _caller: &Caller<'_>) -> Result<Output, Failure> {
     let args = Args::new(DEFINITION.name, arguments, &["task_id"]).map_err(Failure::Tool)?;
     let id = super::command::task_id_argument(&args)?;
-    let now = host::now_ms();
-    // Cancelling an ended task changes nothing; it answers with how it ended.
-    let (record, _) = ctx
-        .tasks
-        .update(id, now, |t| t.cancel(now))
-        .map_err(Failure::Internal)?
-        .ok_or_else(|| super::command::unknown_task(id))?;
+    let record = crate::app::tasks::cancel(&ctx.store, ctx.now_ms(), id).map_err(|e| match e {
+        crate::app::tasks::TaskError::NotFound(_) => super::command::unknown_task(id),
+        crate::app::tasks::TaskError::Internal(m) => Failure::Internal(m),
+    })?;
     Ok(Output::Result(tool_result(&record.to_tool_json(), false)))
 }

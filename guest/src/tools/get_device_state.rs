@@ -11,16 +11,17 @@ pub const DEFINITION: Definition = Definition {
     input_schema: r#"{"type":"object","properties":{"device_id":{"type":"string"}},"required":["device_id"]}"#,
     output_schema: r#"{"type":"object","properties":{"online":{"type":"boolean"},"state":{"type":"object"}},"required":["online","state"]}"#,
     read_only: true,
+    ranged: &[],
 };
 
-pub fn run(ctx: &Context, arguments: &Json, _caller: &Caller<'_>) -> Result<Output, Failure> {
+pub fn run(ctx: &Context<'_>, arguments: &Json, _caller: &Caller<'_>) -> Result<Output, Failure> {
     let args = Args::new(DEFINITION.name, arguments, &["device_id"]).map_err(Failure::Tool)?;
     let device_id = args.required_string("device_id").map_err(Failure::Tool)?;
     let reading = ctx
         .driver
         .read(device_id)
         .map_err(|e| Failure::Tool(format!("could not read {device_id}: {e}")))?;
-    crate::resources::observed(ctx, device_id, &reading);
-    let result = crate::resources::state_json(device_id, &reading);
+    crate::app::readings::observed(ctx, device_id, &reading);
+    let result = crate::app::readings::state_json(device_id, &reading);
     Ok(Output::Result(tool_result(&result, false)))
 }

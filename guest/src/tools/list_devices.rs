@@ -11,9 +11,10 @@ pub const DEFINITION: Definition = Definition {
     input_schema: r#"{"type":"object","additionalProperties":false}"#,
     output_schema: r#"{"type":"object","properties":{"devices":{"type":"array"}},"required":["devices"]}"#,
     read_only: true,
+    ranged: &[],
 };
 
-pub fn run(ctx: &Context, arguments: &Json, _caller: &Caller<'_>) -> Result<Output, Failure> {
+pub fn run(ctx: &Context<'_>, arguments: &Json, _caller: &Caller<'_>) -> Result<Output, Failure> {
     Args::new(DEFINITION.name, arguments, &[]).map_err(Failure::Tool)?;
     let devices = ctx
         .driver

@@ -14,14 +14,9 @@ mod set_fan;
 mod set_power_mode;
 mod set_temperature;
 
-use crate::driver::Driver;
-use crate::driver::homeassistant::HomeAssistant;
-use crate::driver::profile::{Profile, ProfileDriver, SIM_PROFILE};
-use crate::host;
-use crate::settings::Settings;
-use crate::store::Tasks;
-use crate::task::TaskRecord;
-use serde_json::Value as Json;
+pub use crate::app::{Caller, Context, Failure, Output};
+use crate::model::{Allowed, Field, FieldSpec};
+use serde_json::{Value as Json, json};
 
 /// A tool as the plugin describes it.
 pub struct Definition {
@@ -30,6 +25,9 @@ pub struct Definition {
     pub input_schema: &'static str,
     pub output_schema: &'static str,
     pub read_only: bool,
+    /// Arguments that take a numeric field: their schema gets the range the
+    /// configured devices accept.
+    pub ranged: &'static [(&'static str, Field)],
 }
 
 /// The output schema every tool that returns a task shares.
@@ -42,7 +40,7 @@ pub(crate) const TASK_ID_SCHEMA: &str =
 /// A tool: its definition and the function that runs it.
 struct Tool {
     definition: Definition,
-    run: fn(&Context, &Json, &Caller<'_>) -> Result<Output, Failure>,
+    run: fn(&Context<'_>, &Json, &Caller<'_>) -> Result<Output, Failure>,
 }
 
 /// All tools, in the order `tools/list` shows them.
@@ -77,111 +75,126 @@ const TOOLS: [Tool; 7] = [
     },
 ];
 
-pub fn definitions() -> impl Iterator<Item = &'static Definition> {
-    TOOLS.iter().map(|t| &t.definition)
+/// A tool as `tools/list` shows it.
+pub struct Listed {
+    pub definition: &'static Definition,
+    /// The input schema, with the ranges the configured devices accept.
+    pub input_schema: String,
 }
 
-/// What a tool produced.
-pub enum Output {
-    /// A finished `CallToolResult`.
-    Result(Json),
-    /// A verified command, now a stored task.
-    Task(Box<TaskRecord>),
-    /// MRTR: questions to answer before the tool can go on (the
-    /// `InputRequiredResult` body).
-    Questions(Json),
-}
-
-/// Why a tool call produced no output.
-#[derive(Debug, PartialEq)]
-pub enum Failure {
-    /// No tool of that name: a protocol error.
-    UnknownTool(String),
-    /// The tool ran and refused or failed: a tool error the model can read.
-    Tool(String),
-    /// The plugin or its store is broken: an internal error.
-    Internal(String),
-}
-
-/// What every tool needs: settings, the device API and the task store.
-pub struct Context {
-    pub settings: Settings,
-    pub driver: Box<dyn Driver>,
-    pub tasks: Tasks,
-}
-
-impl Context {
-    pub fn load() -> Result<Context, String> {
-        let mut settings = Settings::load()?;
-        let mut profile = |text: &str| -> Result<Box<dyn Driver>, String> {
-            let profile = Profile::parse(text)?;
-            // The profile's timing is the default for its devices; a
-            // setting the operator gave wins.
-            if let Some(timing) = &profile.timing {
-                if let (Some(ms), None) =
-                    (timing.settle_window_ms, host::config("settle_window_ms")?)
+/// The tools, with schemas fitted to what the configured devices accept
+/// (`advertised`; empty when that is not known, and the schema then sets
+/// no range). Every value is still checked against its own device.
+pub fn definitions(advertised: &[FieldSpec]) -> Vec<Listed> {
+    TOOLS
+        .iter()
+        .map(|tool| {
+            let d = &tool.definition;
+            let mut schema: Json =
+                serde_json::from_str(d.input_schema).expect("tool schemas are JSON");
+            for (argument, field) in d.ranged {
+                let range = advertised.iter().find(|s| s.field == *field);
+                if let (Some(property), Some(spec)) =
+                    (schema["properties"].get_mut(*argument), range)
                 {
-                    settings.timing.settle_window_ms = ms;
-                }
-                if let (Some(n), None) = (timing.stable_reads, host::config("stable_reads")?) {
-                    settings.timing.stable_reads = n.clamp(1, 100);
+                    add_range(property, &spec.allowed);
                 }
             }
-            Ok(Box::new(ProfileDriver {
-                profile,
-                base_url: settings.device_api.clone(),
-                token: settings.device_token.clone(),
-                timeout_ms: settings.http_timeout_ms,
-            }))
-        };
-        let driver: Box<dyn Driver> = match settings.driver.as_str() {
-            "sim" => profile(SIM_PROFILE)?,
-            "profile" => profile(settings.device_profile.as_deref().ok_or(
-                "plugin configuration: driver \"profile\" needs device_profile (the profile's JSON)",
-            )?)?,
-            "homeassistant" => Box::new(HomeAssistant {
-                base_url: settings.device_api.clone(),
-                token: settings.device_token.clone(),
-                timeout_ms: settings.http_timeout_ms,
-            }),
-            other => {
-                return Err(format!(
-                    "plugin configuration: driver {other:?} is not one this plugin has (sim, profile, homeassistant)"
-                ));
+            Listed {
+                definition: d,
+                input_schema: schema.to_string(),
             }
-        };
-        Ok(Context {
-            settings,
-            driver,
-            tasks: Tasks::open()?,
         })
+        .collect()
+}
+
+/// Adds `minimum`, `maximum` and, when every allowed value is a multiple of
+/// the step, `multipleOf` (JSON Schema counts multiples from 0, a range
+/// counts steps from its minimum).
+fn add_range(property: &mut Json, allowed: &Allowed) {
+    let Allowed::Range { min, max, step } = allowed else {
+        return;
+    };
+    property["minimum"] = json!(min);
+    property["maximum"] = json!(max);
+    let steps_from_zero = min / step;
+    if *step > 0.0 && (steps_from_zero - steps_from_zero.round()).abs() < 1e-9 {
+        property["multipleOf"] = json!(step);
     }
 }
 
-pub use command::{Caller, send_and_record};
-
 /// Runs one tool.
-pub fn call(name: &str, arguments: &Json, caller: &Caller<'_>) -> Result<Output, Failure> {
+pub fn call(
+    ctx: &Context<'_>,
+    name: &str,
+    arguments: &Json,
+    caller: &Caller<'_>,
+) -> Result<Output, Failure> {
     let tool = TOOLS
         .iter()
         .find(|t| t.definition.name == name)
         .ok_or_else(|| Failure::UnknownTool(name.to_string()))?;
-    let ctx = Context::load().map_err(Failure::Internal)?;
-    (tool.run)(&ctx, arguments, caller)
+    (tool.run)(ctx, arguments, caller)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    use crate::model::Comparison;
+
+    fn range(min: f64, max: f64, step: f64) -> FieldSpec {
+        FieldSpec {
+            field: Field::TargetTemperature,
+            allowed: Allowed::Range { min, max, step },
+            comparison: Comparison::Tolerance(0.1),
+        }
+    }
+
     #[test]
     fn every_schema_is_valid_json_with_an_object_root() {
-        for d in definitions() {
-            for schema in [d.input_schema, d.output_schema] {
+        for listed in definitions(&[]) {
+            let name = listed.definition.name;
+            for schema in [
+                listed.input_schema.as_str(),
+                listed.definition.output_schema,
+            ] {
                 let v: Json =
-                    serde_json::from_str(schema).unwrap_or_else(|e| panic!("{}: {e}", d.name));
-                assert_eq!(v["type"], "object", "{}", d.name);
+                    serde_json::from_str(schema).unwrap_or_else(|e| panic!("{name}: {e}"));
+                assert_eq!(v["type"], "object", "{name}");
             }
         }
+    }
+
+    #[test]
+    fn the_temperature_schema_advertises_the_union_of_the_devices_ranges() {
+        let union = crate::model::union_of_devices([range(16.0, 30.0, 0.5), range(7.0, 35.0, 1.0)]);
+        let listed = definitions(&union);
+        let set = listed
+            .iter()
+            .find(|l| l.definition.name == "set_temperature")
+            .unwrap();
+        let schema: Json = serde_json::from_str(&set.input_schema).unwrap();
+        let t = &schema["properties"]["temperature"];
+        assert_eq!(
+            (t["minimum"].clone(), t["maximum"].clone()),
+            (json!(7.0), json!(35.0))
+        );
+        assert_eq!(t["multipleOf"], json!(0.5));
+
+        let odd = definitions(&crate::model::union_of_devices([
+            range(16.0, 30.0, 0.5),
+            range(10.0, 20.0, 0.3),
+        ]));
+        let schema: Json = serde_json::from_str(&odd[3].input_schema).unwrap();
+        assert!(
+            schema["properties"]["temperature"]
+                .get("multipleOf")
+                .is_none(),
+            "no step shared by both devices: none advertised"
+        );
+        let unknown = definitions(&[]);
+        let schema: Json = serde_json::from_str(&unknown[3].input_schema).unwrap();
+        assert!(schema["properties"]["temperature"].get("minimum").is_none());
     }
 }

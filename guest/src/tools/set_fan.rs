@@ -12,9 +12,10 @@ pub const DEFINITION: Definition = Definition {
     input_schema: r#"{"type":"object","properties":{"device_id":{"type":"string"},"speed":{"type":"string","examples":["auto","low","medium","high"]},"vane_vertical":{"type":"string","examples":["auto","up","middle","down","swing"]},"vane_horizontal":{"type":"string","examples":["auto","left","center","right","swing"]},"confirm":{"type":"boolean"}},"required":["device_id"]}"#,
     output_schema: TASK_SCHEMA,
     read_only: false,
+    ranged: &[],
 };
 
-pub fn run(ctx: &Context, arguments: &Json, caller: &Caller<'_>) -> Result<Output, Failure> {
+pub fn run(ctx: &Context<'_>, arguments: &Json, caller: &Caller<'_>) -> Result<Output, Failure> {
     let args = Args::new(
         DEFINITION.name,
         arguments,

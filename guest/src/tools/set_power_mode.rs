@@ -12,9 +12,10 @@ pub const DEFINITION: Definition = Definition {
     input_schema: r#"{"type":"object","properties":{"device_id":{"type":"string"},"power":{"enum":["on","off"]},"mode":{"type":"string","examples":["cool","heat","dry","fan","auto"]},"confirm":{"type":"boolean"}},"required":["device_id"]}"#,
     output_schema: TASK_SCHEMA,
     read_only: false,
+    ranged: &[],
 };
 
-pub fn run(ctx: &Context, arguments: &Json, caller: &Caller<'_>) -> Result<Output, Failure> {
+pub fn run(ctx: &Context<'_>, arguments: &Json, caller: &Caller<'_>) -> Result<Output, Failure> {
     let args = Args::new(
         DEFINITION.name,
         arguments,

@@ -9,12 +9,13 @@ use serde_json::Value as Json;
 pub const DEFINITION: Definition = Definition {
     name: "set_temperature",
     description: "Set the target °C. Outside the safe range needs confirm. Returns a verified task.",
-    input_schema: r#"{"type":"object","properties":{"device_id":{"type":"string"},"temperature":{"type":"number","minimum":16,"maximum":30,"multipleOf":0.5},"confirm":{"type":"boolean"}},"required":["device_id","temperature"]}"#,
+    input_schema: r#"{"type":"object","properties":{"device_id":{"type":"string"},"temperature":{"type":"number"},"confirm":{"type":"boolean"}},"required":["device_id","temperature"]}"#,
     output_schema: TASK_SCHEMA,
     read_only: false,
+    ranged: &[("temperature", Field::TargetTemperature)],
 };
 
-pub fn run(ctx: &Context, arguments: &Json, caller: &Caller<'_>) -> Result<Output, Failure> {
+pub fn run(ctx: &Context<'_>, arguments: &Json, caller: &Caller<'_>) -> Result<Output, Failure> {
     let args = Args::new(
         DEFINITION.name,
         arguments,

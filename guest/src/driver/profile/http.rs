@@ -131,4 +131,9 @@ impl Driver for ProfileDriver {
         };
         Ok(self.profile.specs(sensors.as_ref()))
     }
+
+    /// The profile's own ranges: the same for every device it describes.
+    fn advertised(&self) -> Result<Vec<FieldSpec>, DriverError> {
+        Ok(self.profile.specs(None))
+    }
 }

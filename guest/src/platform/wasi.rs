@@ -1,0 +1,100 @@
+//! The platform of the component: the runner's imports, through the SDK.
+
+use super::{CasDecision, Kv, Level, Platform, Wake};
+use crate::bindings::settle::plugin::types::TaskView;
+use crate::host;
+use crate::task::{TaskRecord, tool_result};
+
+/// The runner's imports. Opening the bucket is the only work done up front.
+pub struct WasiPlatform {
+    kv: WasiKv,
+}
+
+impl WasiPlatform {
+    pub fn open() -> Result<WasiPlatform, String> {
+        Ok(WasiPlatform {
+            kv: WasiKv(host::Kv::open()?),
+        })
+    }
+}
+
+struct WasiKv(host::Kv);
+
+impl Kv for WasiKv {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
+        self.0.get(key)
+    }
+
+    fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>, String> {
+        self.0.get_many(keys)
+    }
+
+    fn delete(&self, key: &str) -> Result<(), String> {
+        self.0.delete(key)
+    }
+
+    fn cas(&self, key: &str, decide: &mut CasDecision<'_>) -> Result<(), String> {
+        self.0.cas_update(key, |current| {
+            Ok(match decide(current)? {
+                Some(bytes) => host::CasUpdate::Write(bytes, ()),
+                None => host::CasUpdate::Keep(()),
+            })
+        })
+    }
+}
+
+impl Platform for WasiPlatform {
+    fn now_ms(&self) -> u64 {
+        host::now_ms()
+    }
+
+    fn random_id(&self) -> String {
+        host::random_id()
+    }
+
+    fn config(&self, key: &str) -> Result<Option<String>, String> {
+        host::config(key)
+    }
+
+    fn kv(&self) -> &dyn Kv {
+        &self.kv
+    }
+
+    fn schedule(&self, wakes: &[Wake]) -> Result<(), String> {
+        wakes
+            .iter()
+            .try_for_each(|w| host::schedule(&w.task_id, &w.group, w.at_ms))
+    }
+
+    fn unschedule(&self, task_ids: &[String]) -> Result<(), String> {
+        host::unschedule(task_ids)
+    }
+
+    fn task_changed(&self, task: &TaskRecord) {
+        host::task_changed(&task_view(task));
+    }
+
+    fn resource_updated(&self, uri: &str) {
+        host::resource_updated(uri);
+    }
+
+    fn log(&self, level: Level, message: &str) {
+        let level = match level {
+            Level::Error => host::Level::Error,
+            Level::Warn => host::Level::Warn,
+            Level::Info => host::Level::Info,
+            Level::Debug => host::Level::Debug,
+        };
+        host::log(level, message);
+    }
+}
+
+/// Both renderings of a task, as the runner receives them.
+pub fn task_view(record: &TaskRecord) -> TaskView {
+    TaskView {
+        task_id: record.id.clone(),
+        terminal: record.is_terminal(),
+        detailed: record.to_detailed_json().to_string(),
+        tool_result: tool_result(&record.to_tool_json(), false).to_string(),
+    }
+}
