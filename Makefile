@@ -10,7 +10,7 @@ SIM_ADDR ?= 127.0.0.1:8081
 HTTP_ADDR ?= 127.0.0.1:8080
 RUN_DIR := .run
 
-.PHONY: all build guest fixtures host run run-cluster redis test test-all lint test-unit test-e2e conformance bench bench-scale fmt clean wasm-target
+.PHONY: all build guest fixtures host run run-cluster redis test test-all lint test-unit test-e2e conformance bench bench-verdicts bench-scale fmt clean wasm-target
 
 all: build
 
@@ -82,6 +82,13 @@ bench: guest fixtures
 	$(CARGO) build --release -p settle --bin settle
 	$(CARGO) run --release -p settle --example bench
 	$(CARGO) run --release -p settle --example bench_tenants
+	$(CARGO) run --release -p settle --example bench_lag
+
+# The plugin's verdicts against a reference device over 100,000 random
+# command sequences (make test runs 300 of them).
+bench-verdicts:
+	VERDICT_SEQUENCES=$(VERDICT_SEQUENCES) $(CARGO) test --release -p settle-devices --test verdicts -- --nocapture
+VERDICT_SEQUENCES ?= 100000
 
 # Very many tasks in flight: one runner on the embedded store, then two
 # replicas on Redis. TASKS, DEVICES, DELAY_MS and POLL_MS scale it down.

@@ -49,9 +49,24 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// Runs until `stop` is cancelled; advances in progress then finish.
+    ///
+    /// Claiming does not wait for the advances of an earlier claim: a group
+    /// whose device answers slowly (up to its request timeout) must not hold
+    /// back the reads of every other device, which are often due within a
+    /// few hundred milliseconds. A claimed task is leased, so no second claim
+    /// takes it while its advance runs.
     pub async fn run(self, stop: CancellationToken) {
         let store = self.runtime.store().clone();
+        let mut running: JoinSet<()> = JoinSet::new();
         while !stop.is_cancelled() {
+            while running.try_join_next().is_some() {}
+            if running.len() >= MAX_PARALLEL_ADVANCES {
+                tokio::select! {
+                    _ = running.join_next() => {}
+                    _ = stop.cancelled() => {}
+                }
+                continue;
+            }
             let now = now_ms();
             let next = match store.next_due_ms().await {
                 Ok(next) => next,
@@ -83,16 +98,23 @@ impl Scheduler {
                     continue;
                 }
             };
-            self.advance_all(due, &stop).await;
+            self.start_advances(due, &mut running, &stop).await;
         }
+        while running.join_next().await.is_some() {}
     }
 
-    /// Advances every claimed task, one plugin call per (tenant, group).
-    /// Once `stop` is cancelled no further group starts: their tasks stay
-    /// leased, and come due again (here after a restart, or on another
-    /// replica) when the lease ends, so a shutdown under load is not held up
-    /// by a whole claimed batch.
-    async fn advance_all(&self, due: Vec<Due>, stop: &CancellationToken) {
+    /// Starts one plugin call per (tenant, group) of the claimed tasks, at
+    /// most [`MAX_PARALLEL_ADVANCES`] at once (waiting for a free slot when
+    /// needed). Once `stop` is cancelled no further group starts: their
+    /// tasks stay leased, and come due again (here after a restart, or on
+    /// another replica) when the lease ends, so a shutdown under load is not
+    /// held up by a whole claimed batch.
+    async fn start_advances(
+        &self,
+        due: Vec<Due>,
+        running: &mut JoinSet<()>,
+        stop: &CancellationToken,
+    ) {
         let mut groups: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
         for d in due {
             groups
@@ -100,7 +122,6 @@ impl Scheduler {
                 .or_default()
                 .push(d.task_id);
         }
-        let mut running = JoinSet::new();
         for ((namespace, group), task_ids) in groups {
             if stop.is_cancelled() {
                 break;
@@ -121,7 +142,6 @@ impl Scheduler {
                 let _ = runtime.advance(&tenant, &group, &task_ids).await;
             });
         }
-        while running.join_next().await.is_some() {}
     }
 }
 

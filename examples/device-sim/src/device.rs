@@ -28,6 +28,26 @@ pub struct Pending {
     pub command: Command,
 }
 
+/// What became of a command the device took: applied (as it was applied,
+/// clamped if a clamp fault was on) or dropped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settled {
+    /// The id the control endpoint answered with.
+    pub request_id: String,
+    /// When the control endpoint accepted it.
+    pub accepted_at: Instant,
+    /// When it took effect, or was dropped.
+    pub settled_at: Instant,
+    /// False when the device dropped it (offline or ignoring commands).
+    pub applied: bool,
+    /// What it set, as applied.
+    pub command: Command,
+}
+
+/// Commands remembered in [`DeviceModel::settled`]: enough for a test or a
+/// benchmark to look up recent commands; older ones fall out.
+pub const MAX_SETTLED: usize = 1024;
+
 /// What a device reports at an instant.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reading {
@@ -49,6 +69,7 @@ pub struct DeviceModel {
     /// Last instant the device reported while online.
     reported_at: Instant,
     pending: VecDeque<Pending>,
+    settled: VecDeque<Settled>,
     faults: Faults,
     delay: Duration,
     jitter: Duration,
@@ -63,6 +84,7 @@ impl DeviceModel {
             integrated_to: now,
             reported_at: now,
             pending: VecDeque::new(),
+            settled: VecDeque::new(),
             faults: Faults::default(),
             delay,
             jitter,
@@ -78,10 +100,21 @@ impl DeviceModel {
                 break;
             };
             self.integrate(p.apply_at);
-            if !self.faults.offline() {
+            let applied = !self.faults.offline();
+            let command = if applied {
                 let cmd = self.clamped(p.command);
                 self.state.apply(&cmd);
-            }
+                cmd
+            } else {
+                p.command
+            };
+            self.settle(Settled {
+                request_id: p.request_id,
+                accepted_at: p.accepted_at,
+                settled_at: p.apply_at,
+                applied,
+                command,
+            });
         }
         self.integrate(now);
         if !self.faults.offline() {
@@ -101,6 +134,13 @@ impl DeviceModel {
     ) -> bool {
         self.advance(now);
         if self.faults.offline() || self.faults.ignore() {
+            self.settle(Settled {
+                request_id,
+                accepted_at: now,
+                settled_at: now,
+                applied: false,
+                command,
+            });
             return false;
         }
         let mut apply_at = now + self.delay + jitter.min(self.jitter);
@@ -114,6 +154,31 @@ impl DeviceModel {
             apply_at,
             command,
         });
+        true
+    }
+
+    fn settle(&mut self, settled: Settled) {
+        self.settled.push_back(settled);
+        if self.settled.len() > MAX_SETTLED {
+            self.settled.pop_front();
+        }
+    }
+
+    /// Commands applied or dropped (as of the last `advance`), oldest first,
+    /// at most [`MAX_SETTLED`].
+    pub fn settled(&self) -> impl ExactSizeIterator<Item = &Settled> {
+        self.settled.iter()
+    }
+
+    /// Someone at the device (the wall remote) sets `command` at `now`: it
+    /// takes effect at once, ahead of anything queued, and is not clamped.
+    /// An offline device is out of reach; returns whether it was set.
+    pub fn set_by_hand(&mut self, now: Instant, command: Command) -> bool {
+        self.advance(now);
+        if self.faults.offline() {
+            return false;
+        }
+        self.state.apply(&command);
         true
     }
 
@@ -248,6 +313,33 @@ mod tests {
         let p: Vec<_> = d.pending().map(|p| p.apply_at).collect();
         assert_eq!(p, vec![t0 + secs(6.0), t0 + secs(6.0)]);
         assert_eq!(d.reading(t0 + secs(6.0)).state.target_temperature, 21.0);
+    }
+
+    #[test]
+    fn every_command_is_remembered_as_applied_or_dropped() {
+        let (mut d, t0) = device();
+        d.accept(t0, "a".into(), temp(22.0), Duration::ZERO);
+        d.set_fault(t0 + secs(1.0), Fault::Ignore);
+        d.accept(t0 + secs(1.0), "b".into(), temp(23.0), Duration::ZERO);
+        d.reading(t0 + DELAY);
+        let settled: Vec<(&str, bool, Instant)> = d
+            .settled()
+            .map(|s| (s.request_id.as_str(), s.applied, s.settled_at))
+            .collect();
+        assert_eq!(
+            settled,
+            vec![("b", false, t0 + secs(1.0)), ("a", true, t0 + DELAY)]
+        );
+    }
+
+    #[test]
+    fn a_value_set_by_hand_takes_effect_at_once_unless_offline() {
+        let (mut d, t0) = device();
+        assert!(d.set_by_hand(t0, temp(19.0)));
+        assert_eq!(d.reading(t0).state.target_temperature, 19.0);
+        d.set_fault(t0, Fault::Offline);
+        assert!(!d.set_by_hand(t0, temp(20.0)));
+        assert_eq!(d.reading(t0).state.target_temperature, 19.0);
     }
 
     #[test]

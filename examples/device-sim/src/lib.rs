@@ -41,4 +41,6 @@ pub use model::{
     VaneHorizontal, VaneVertical,
 };
 pub use server::{RunningSim, SHUTDOWN_GRACE, app, serve, spawn};
-pub use sim::{DeviceSpec, DeviceStats, DeviceView, PendingView, Sim, SimConfig, Stats};
+pub use sim::{
+    DeviceSpec, DeviceStats, DeviceView, PendingView, SettledView, Sim, SimConfig, Stats,
+};

@@ -29,6 +29,7 @@ pub(crate) fn routes(sim: Sim) -> Router {
         .route("/devices/{id}/faults/{kind}", delete(clear_fault))
         .route("/devices/{id}/delay", post(set_delay))
         .route("/devices/{id}/hidden-fields", post(set_hidden))
+        .route("/devices/{id}/state", post(set_by_hand))
         .route("/stats", get(stats).delete(reset_stats))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .with_state(sim)
@@ -57,6 +58,25 @@ async fn add_fault(
     Ok(Json(FaultList {
         faults: sim.set_fault(&id, fault)?,
     }))
+}
+
+#[derive(Serialize)]
+struct ByHand {
+    applied: bool,
+}
+
+/// `POST /_sim/devices/{id}/state`: a person at the device sets values (a
+/// control-spelling body, as for the control endpoint), at once.
+async fn set_by_hand(
+    State(sim): State<Sim>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<ByHand>, ApiError> {
+    known(&sim, &id)?;
+    let command = crate::control::parse_command(&body).map_err(ApiError::bad_request)?;
+    let applied = sim.set_by_hand(&id, command)?;
+    tracing::info!(device = %id, applied, "set by hand");
+    Ok(Json(ByHand { applied }))
 }
 
 async fn clear_faults(

@@ -125,6 +125,9 @@ pub struct DeviceView {
     pub state: AcState,
     /// Accepted commands not yet applied, in the order they will apply.
     pub pending: Vec<PendingView>,
+    /// Recent commands that were applied or dropped, oldest first: when each
+    /// took effect is what completion lag is measured from.
+    pub settled: Vec<SettledView>,
     /// Active faults.
     pub faults: Vec<Fault>,
     /// Base actuation delay, ms.
@@ -135,6 +138,23 @@ pub struct DeviceView {
     pub hidden_fields: Vec<SensorField>,
     /// Request counts.
     pub requests: DeviceStats,
+}
+
+/// A command the device applied or dropped, for `/_sim`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SettledView {
+    /// The id the control endpoint answered with.
+    pub request_id: String,
+    /// When it was accepted (RFC 3339, milliseconds).
+    pub accepted_at: String,
+    /// When it took effect or was dropped (RFC 3339, milliseconds).
+    pub settled_at: String,
+    /// The same, in milliseconds since the Unix epoch.
+    pub settled_at_ms: u64,
+    /// False when the device dropped it (offline, or ignoring commands).
+    pub applied: bool,
+    /// What it set, as applied (clamped if a clamp fault was on).
+    pub command: Command,
 }
 
 /// What a successful sensor read needs: the reading and which fields to leave out.
@@ -288,6 +308,17 @@ impl Sim {
                 command: p.command.clone(),
             })
             .collect();
+        let settled = model
+            .settled()
+            .map(|c| SettledView {
+                request_id: c.request_id.clone(),
+                accepted_at: self.rfc3339_millis(c.accepted_at),
+                settled_at: self.rfc3339_millis(c.settled_at),
+                settled_at_ms: self.epoch_millis(c.settled_at),
+                applied: c.applied,
+                command: c.command.clone(),
+            })
+            .collect();
         Ok(DeviceView {
             id: device.spec.id.clone(),
             name: device.spec.name.clone(),
@@ -295,6 +326,7 @@ impl Sim {
             updated_at: self.rfc3339(reading.reported_at),
             state: reading.state,
             pending,
+            settled,
             faults: model.faults().list().to_vec(),
             delay_ms: millis(model.delay()),
             jitter_ms: millis(model.jitter()),
@@ -343,6 +375,13 @@ impl Sim {
     /// Clears every fault on device `id`.
     pub fn clear_faults(&self, id: &str) -> Result<(), SimError> {
         self.with_model(id, |m, now| m.clear_faults(now))
+    }
+
+    /// Someone sets `command` on device `id` by hand (the wall remote): at
+    /// once, ahead of queued commands. Returns false when the device is
+    /// offline and out of reach.
+    pub fn set_by_hand(&self, id: &str, command: Command) -> Result<bool, SimError> {
+        self.with_model(id, |m, now| m.set_by_hand(now, command))
     }
 
     /// Changes the actuation delay and jitter of device `id` for commands accepted from now
@@ -436,6 +475,14 @@ impl Sim {
 
     fn rfc3339(&self, at: std::time::Instant) -> String {
         humantime::format_rfc3339_seconds(self.wall(at)).to_string()
+    }
+
+    fn epoch_millis(&self, at: std::time::Instant) -> u64 {
+        millis(
+            self.wall(at)
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default(),
+        )
     }
 
     fn rfc3339_millis(&self, at: std::time::Instant) -> String {

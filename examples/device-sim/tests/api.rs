@@ -446,3 +446,55 @@ async fn a_shut_down_simulator_refuses_connections() {
     let fresh = reqwest::Client::builder().no_proxy().build().unwrap();
     assert!(fresh.get(url).send().await.is_err());
 }
+
+#[tokio::test]
+async fn the_side_door_says_when_each_command_took_effect() {
+    let sim = start(100).await;
+    let c = Client::new(&sim);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let r = c
+        .control("ac-living", json!({"target_temperature": 21.5}))
+        .await;
+    let settled = eventually("the command to settle", || async {
+        let view = c.inspect("ac-living").await;
+        let settled = view["settled"].as_array().unwrap().clone();
+        (!settled.is_empty()).then_some(settled)
+    })
+    .await;
+    assert_eq!(settled[0]["request_id"], r.body["request_id"]);
+    assert_eq!(settled[0]["applied"], true);
+    assert_eq!(settled[0]["command"], json!({"target_temperature": 21.5}));
+    let at = settled[0]["settled_at_ms"].as_u64().unwrap();
+    assert!(
+        at >= before + 100,
+        "took effect after its delay: {at} vs {before}"
+    );
+}
+
+#[tokio::test]
+async fn a_value_set_by_hand_takes_effect_at_once_and_is_not_a_command() {
+    let sim = start(60_000).await;
+    let c = Client::new(&sim);
+    let r = c
+        .post(
+            "/_sim/devices/ac-living/state",
+            json!({"target_temperature": 19.5}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.body["applied"], true);
+    assert_eq!(c.reading("ac-living").await["target_temperature"], 19.5);
+    let view = c.inspect("ac-living").await;
+    assert_eq!(view["settled"], json!([]));
+    assert_eq!(view["requests"]["control"], 0);
+    let bad = c
+        .post(
+            "/_sim/devices/ac-living/state",
+            json!({"target_temperature": 99}),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{bad:?}");
+}

@@ -211,14 +211,14 @@ pub fn send_and_record(ctx: &Context<'_>, record: &TaskRecord) -> Result<TaskRec
         Ok(_) | Err(DriverError::Unreachable(_)) => None,
         Err(e) => Some(e.to_string()),
     };
-    let seq = match &sent {
+    let (seq, usually) = match &sent {
         Ok(_) => join_timeline(ctx, record, now)?,
-        Err(_) => 0,
+        Err(_) => (0, None),
     };
     let (stored, _) = ctx
         .store
         .update(&record.id, now, |t| match &sent {
-            Ok(accepted) => t.mark_sent(now, accepted.request_id.clone(), seq),
+            Ok(accepted) => t.mark_sent(now, accepted.request_id.clone(), seq, usually),
             Err(DriverError::Unreachable(why)) => t.retry_send_later(now, why),
             Err(e) => t.mark_not_sent(now, &e.to_string()),
         })
@@ -268,8 +268,13 @@ pub fn send_after_answer(ctx: &Context<'_>, record: &TaskRecord) -> Result<TaskR
 /// Records a command the API just took in its device's timeline, with the
 /// task waiting on the device's reads; ends the earlier tasks it supersedes,
 /// and makes sure the device's tick comes in time for the first read this
-/// command needs. Returns the command's place in the timeline.
-fn join_timeline(ctx: &Context<'_>, record: &TaskRecord, now: u64) -> Result<u64, Failure> {
+/// command needs. Returns the command's place in the timeline, and how long
+/// the device usually takes, if that is known.
+fn join_timeline(
+    ctx: &Context<'_>,
+    record: &TaskRecord,
+    now: u64,
+) -> Result<(u64, Option<u64>), Failure> {
     let command: Vec<Commanded> = record
         .fields
         .iter()
@@ -282,7 +287,7 @@ fn join_timeline(ctx: &Context<'_>, record: &TaskRecord, now: u64) -> Result<u64
         .collect();
     let timing = &ctx.settings.timing;
     let device_id = &record.device_id;
-    let (recorded, reschedule) = ctx
+    let (recorded, reschedule, usually) = ctx
         .store
         .update_device(device_id, |model| {
             let recorded = model.record_send(&record.id, &command, now, timing);
@@ -301,7 +306,7 @@ fn join_timeline(ctx: &Context<'_>, record: &TaskRecord, now: u64) -> Result<u64
                     Some(read_at)
                 }
             };
-            (recorded, reschedule)
+            (recorded, reschedule, horizons.typical_ms)
         })
         .map_err(Failure::Internal)?;
     // The task's own wake (the recovery wake of its send) is no longer
@@ -318,7 +323,7 @@ fn join_timeline(ctx: &Context<'_>, record: &TaskRecord, now: u64) -> Result<u64
             .update(old, now, |t| t.supersede(now, &record.id))
             .map_err(Failure::Internal)?;
     }
-    Ok(recorded.seq)
+    Ok((recorded.seq, usually))
 }
 
 /// Checks each value against what the device accepts. Every problem is

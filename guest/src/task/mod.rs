@@ -427,8 +427,15 @@ impl TaskRecord {
         self.fields.iter().any(|f| f.field == field)
     }
 
-    /// The API accepted the command.
-    pub fn mark_sent(&mut self, now_ms: u64, request_id: Option<String>, seq: u64) -> bool {
+    /// The API accepted the command, which is command `seq` of its device's
+    /// timeline; `usually` is how long the device usually takes, if known.
+    pub fn mark_sent(
+        &mut self,
+        now_ms: u64,
+        request_id: Option<String>,
+        seq: u64,
+        usually: Option<u64>,
+    ) -> bool {
         if self.is_terminal() || self.stage != Stage::Sending || !self.questions.is_empty() {
             return false;
         }
@@ -437,10 +444,11 @@ impl TaskRecord {
             request_id,
         };
         self.seq = seq;
-        self.set_message(
-            now_ms,
-            "sent; waiting for the device to report the new state".into(),
+        let message = format!(
+            "sent; waiting for the device to report the new state{}",
+            self.usually(usually)
         );
+        self.set_message(now_ms, message);
         true
     }
 
@@ -591,7 +599,7 @@ impl TaskRecord {
             if !settled {
                 let message = format!(
                     "the device reports online: false; waiting until it should have acted{}",
-                    self.usually(horizons)
+                    self.usually(horizons.typical_ms)
                 );
                 self.set_message(now_ms, message);
                 return true;
@@ -645,13 +653,13 @@ impl TaskRecord {
             format!(
                 "waiting for the device: {}; an earlier command to it is still landing{}",
                 self.describe_fields(),
-                self.usually(horizons)
+                self.usually(horizons.typical_ms)
             )
         } else {
             format!(
                 "waiting for the device: {}{}",
                 self.describe_fields(),
-                self.usually(horizons)
+                self.usually(horizons.typical_ms)
             )
         };
         self.set_message(now_ms, message);
@@ -660,8 +668,8 @@ impl TaskRecord {
 
     /// "; ac-living usually acts in about 4.0 s", when the device's timing
     /// is known.
-    fn usually(&self, horizons: Horizons) -> String {
-        horizons.typical_ms.map_or_else(String::new, |ms| {
+    fn usually(&self, typical_ms: Option<u64>) -> String {
+        typical_ms.map_or_else(String::new, |ms| {
             format!(
                 "; {} usually acts in {}",
                 self.device_id,

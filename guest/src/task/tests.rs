@@ -40,7 +40,7 @@ fn temperature_task(sent: f64, baseline: f64) -> TaskRecord {
         TIMING,
         1_000,
     );
-    assert!(task.mark_sent(1_000, Some("r1".into()), 1));
+    assert!(task.mark_sent(1_000, Some("r1".into()), 1, None));
     task
 }
 
@@ -236,7 +236,7 @@ fn every_field_must_match_and_partial_application_is_visible() {
         TIMING,
         0,
     );
-    task.mark_sent(0, None, 1);
+    task.mark_sent(0, None, 1, None);
     let half = reading(
         &[
             (Field::Power, Value::Choice("On".into())),
@@ -287,7 +287,7 @@ fn unreadable_fields_are_never_completed() {
         TIMING,
         0,
     );
-    task.mark_sent(0, None, 1);
+    task.mark_sent(0, None, 1, None);
     let r = reading(&[(Field::FanSpeed, Value::choice("High"))], true);
     assert!(see(&mut task, 1_000, Ok(&r)));
     assert_eq!(task.status, Status::Failed);
@@ -402,7 +402,7 @@ fn a_gated_task_waits_for_confirmation_and_sends_only_on_yes() {
     task.await_confirmation(0, "Send 30?".into());
     assert_eq!(task.status, Status::InputRequired);
     assert!(
-        !task.mark_sent(1, None, 1),
+        !task.mark_sent(1, None, 1, None),
         "nothing is sent before the answer"
     );
     let detailed = task.to_detailed_json();
@@ -425,7 +425,7 @@ fn a_gated_task_waits_for_confirmation_and_sends_only_on_yes() {
         None,
         "answered keys are ignored"
     );
-    assert!(task.mark_sent(7, None, 1));
+    assert!(task.mark_sent(7, None, 1, None));
 
     let mut declined = TaskRecord::new(
         "t2".into(),
@@ -483,7 +483,7 @@ fn a_task_that_can_ask_asks_about_a_different_value() {
     );
     assert_eq!(retry.stage, Stage::Sending);
     assert_eq!(retry.fields[0].baseline, Some(Value::Number(28.0)));
-    retry.mark_sent(5_000, None, 2);
+    retry.mark_sent(5_000, None, 2, None);
     see(&mut retry, 6_000, Ok(&temp(30.0)));
     assert_eq!(retry.status, Status::Completed);
 

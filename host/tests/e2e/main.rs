@@ -13,6 +13,8 @@ mod mcp_http;
 mod outbound;
 mod profiles;
 mod replicas;
+mod schemas;
+mod sequences;
 mod stdio;
 mod tasks;
 mod tenants;
