@@ -194,9 +194,8 @@ impl DeviceModel {
             track.comparison = c.comparison;
             // The command's own read just before it (its baseline) is the
             // latest word on the field: the device may have changed while
-            // nobody was reading it.
-            // It was read before the send: it must not count as the
-            // command's answer, hence a moment earlier.
+            // nobody was reading it. It was taken before the send, so it
+            // is dated a moment earlier and never counts as the answer.
             if let Some(baseline) = &c.baseline {
                 let at = sent_ms.saturating_sub(1);
                 see(track, &self.timeline, &windows, c.field, baseline, at);
@@ -325,19 +324,11 @@ impl DeviceModel {
                 let quickest = estimate.map_or(0, |est| est.lo_ms / 2);
                 let latest = e
                     .last_sent_ms
-                    .saturating_add(self.horizon(estimate, timing))
+                    .saturating_add(horizon(estimate, timing))
                     .max(e.watch_until.unwrap_or(0));
                 (e.first_sent_ms + quickest, latest)
             })
             .collect()
-    }
-
-    /// How long after its send a command can still land.
-    fn horizon(&self, estimate: Option<Estimate>, timing: &Timing) -> u64 {
-        match estimate {
-            Some(e) => e.settled_after_ms(timing.dense_read_ms),
-            None => timing.settle_window_ms,
-        }
     }
 
     /// How a task's field stands: the task sent `value` as command `seq`
@@ -387,10 +378,7 @@ impl DeviceModel {
     /// has not run out since it was last sent.
     fn could_still_land(&self, entry: &Sent, now_ms: u64, timing: &Timing) -> bool {
         let estimate = self.estimate(entry.values.keys().copied(), timing);
-        now_ms
-            < entry
-                .last_sent_ms
-                .saturating_add(self.horizon(estimate, timing))
+        now_ms < entry.last_sent_ms.saturating_add(horizon(estimate, timing))
     }
 
     /// How long commands to `fields` usually take: each field's own
@@ -558,6 +546,15 @@ fn see<'t>(
     track.shown = Some(value.clone());
     track.since_ms = at;
     landed
+}
+
+/// How long after its send a command can still land: the device's own
+/// timing, or the settle window without history.
+fn horizon(estimate: Option<Estimate>, timing: &Timing) -> u64 {
+    match estimate {
+        Some(e) => e.settled_after_ms(timing.dense_read_ms),
+        None => timing.settle_window_ms,
+    }
 }
 
 /// A digest of a reading's state, to notice a change without keeping it.
