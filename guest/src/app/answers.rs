@@ -5,10 +5,11 @@
 //! extension requires. A yes to a held command sends it now.
 
 use super::command::{recovery_wake, send_after_answer};
+use super::readings::observed;
 use super::tasks::TaskError;
 use super::{Context, Failure};
 use crate::platform::schedule_one;
-use crate::question::read_reply;
+use crate::question::{QuestionKind, read_reply};
 use crate::task::AfterAnswer;
 use serde_json::Value as Json;
 
@@ -17,15 +18,22 @@ pub fn deliver(ctx: &Context<'_>, task_id: &str, responses: &Json) -> Result<(),
     let Some(responses) = responses.as_object() else {
         return Ok(());
     };
-    let exists = ctx
-        .store
-        .load(task_id)
-        .map_err(TaskError::Internal)?
-        .is_some();
-    if !exists {
+    let Some(asked) = ctx.store.load(task_id).map_err(TaskError::Internal)? else {
         return Err(TaskError::not_found(task_id));
-    }
+    };
     for (key, response) in responses {
+        // The device is not read while a task waits for a person: an answer
+        // about what it showed gets a fresh look first.
+        let about_the_device = asked
+            .questions
+            .iter()
+            .any(|q| q.key == *key && q.kind == QuestionKind::AcceptDifferent);
+        let fresh = about_the_device
+            .then(|| ctx.driver.read(&asked.device_id).ok())
+            .flatten();
+        if let Some(reading) = &fresh {
+            observed(ctx, &asked.device_id, reading);
+        }
         let now = ctx.now_ms();
         let mut after = None;
         let outcome = ctx
@@ -40,7 +48,7 @@ pub fn deliver(ctx: &Context<'_>, task_id: &str, responses: &Json) -> Result<(),
                     after = None;
                     return false;
                 };
-                after = task.answer(now, key, read_reply(kind, response));
+                after = task.answer(now, key, read_reply(kind, response), fresh.as_ref());
                 after.is_some()
             })
             .map_err(TaskError::Internal)?;

@@ -105,6 +105,9 @@ pub struct Track {
     pub foreign: bool,
     /// The first read that showed `shown`.
     pub since_ms: u64,
+    /// The latest read of the field: a change seen next happened after it.
+    #[serde(default)]
+    pub seen_ms: u64,
     /// How a reading of this field is compared with a value.
     pub comparison: Comparison,
     /// How long commands to this field took, newest last.
@@ -188,6 +191,7 @@ impl DeviceModel {
                 shown_seq: 0,
                 foreign: false,
                 since_ms: sent_ms,
+                seen_ms: sent_ms,
                 comparison: c.comparison,
                 samples: Vec::new(),
             });
@@ -312,16 +316,17 @@ impl DeviceModel {
     }
 
     /// When each command in the timeline can plausibly land: no sooner than
-    /// half the quickest its device is known to act (any time, without
-    /// history), and no later than its time runs out (while it is watched,
-    /// until then). A change outside that window is not that command: a
+    /// one window's width before the device's expected window (any time,
+    /// without history), and no later than its time runs out (while it is
+    /// watched, until then). A change outside that is not that command: a
     /// person at the wall, most likely, or a command the device dropped.
     fn landing_windows(&self, timing: &Timing) -> Vec<(u64, u64)> {
         self.timeline
             .iter()
             .map(|e| {
                 let estimate = self.estimate(e.values.keys().copied(), timing);
-                let quickest = estimate.map_or(0, |est| est.lo_ms / 2);
+                let quickest =
+                    estimate.map_or(0, |est| est.lo_ms.saturating_sub(est.hi_ms - est.lo_ms));
                 let latest = e
                     .last_sent_ms
                     .saturating_add(horizon(estimate, timing))
@@ -350,12 +355,11 @@ impl DeviceModel {
         };
         if track.comparison.matches(value, shown) {
             let blocked = self.timeline.iter().any(|e| {
-                e.seq > track.shown_seq
-                    && e.seq < seq
+                e.seq < seq
                     && e.values
                         .get(&field)
                         .is_some_and(|v| !track.comparison.matches(value, v))
-                    && self.could_still_land(e, now_ms, timing)
+                    && self.may_still_land(e, track, now_ms, timing)
             });
             return if blocked {
                 Standing::Blocked
@@ -372,6 +376,20 @@ impl DeviceModel {
         Standing::Waiting {
             earlier: !track.foreign && track.shown_seq > 0 && after_send,
         }
+    }
+
+    /// Whether `entry` may still change the field `track` follows. One that
+    /// has not landed may, until its time runs out. One that has landed may
+    /// too if it is a run of identical commands, the later of which are
+    /// still on their way: after someone changed the value in between, they
+    /// would change it back. A later command having landed means it cannot:
+    /// commands land in order.
+    fn may_still_land(&self, entry: &Sent, track: &Track, now_ms: u64, timing: &Timing) -> bool {
+        let landed = track.shown_seq >= entry.seq;
+        if track.shown_seq > entry.seq || (landed && entry.count <= 1) {
+            return false;
+        }
+        self.could_still_land(entry, now_ms, timing)
     }
 
     /// Whether `entry` may still land: the device's timing for its fields
@@ -475,9 +493,9 @@ impl DeviceModel {
             .any(|e| e.watch_until.is_some_and(|w| now_ms < w) && !self.landed_all(e))
     }
 
-    /// Forgets what can no longer matter: commands that landed, or whose
-    /// time ran out, once no task waits for them; ended tasks. Keeps the
-    /// timeline at most [`MAX_TIMELINE`] long.
+    /// Forgets what can no longer matter: commands that landed (every one
+    /// of a run), or whose time ran out, once no task waits for them; ended
+    /// tasks. Keeps the timeline at most [`MAX_TIMELINE`] long.
     pub fn prune(&mut self, now_ms: u64, timing: &Timing) {
         let waiting = &self.waiting;
         for entry in &mut self.timeline {
@@ -487,9 +505,12 @@ impl DeviceModel {
             .timeline
             .iter()
             .map(|e| {
+                // A run of identical commands whose first landed still has
+                // the others on their way.
+                let more_to_come = !self.landed_all(e)
+                    || (e.count > 1 && self.could_still_land(e, now_ms, timing));
                 !e.tasks.is_empty()
-                    || (!self.landed_all(e)
-                        && now_ms < e.last_sent_ms.saturating_add(timing.ttl_ms))
+                    || (more_to_come && now_ms < e.last_sent_ms.saturating_add(timing.ttl_ms))
             })
             .collect();
         let mut keep = keep.into_iter();
@@ -516,6 +537,8 @@ fn see<'t>(
     value: &Value,
     at: u64,
 ) -> Option<&'t Sent> {
+    let seen_before = track.seen_ms;
+    track.seen_ms = at.max(seen_before);
     match &track.shown {
         Some(shown) if track.comparison.matches(shown, value) => return None,
         Some(_) => {}
@@ -525,12 +548,17 @@ fn see<'t>(
             return None;
         }
     }
+    // The change happened after `seen_before`. A command explains it only
+    // if it could land then, and if the field was seen after the command
+    // was sent (its own read just before the send counts): otherwise the
+    // value may have been set before the command was ever sent.
     let landed = timeline
         .iter()
         .zip(windows)
         .find_map(|(e, (soonest, latest))| {
             let explains = e.seq > track.shown_seq
                 && (*soonest..=*latest).contains(&at)
+                && seen_before.saturating_add(1) >= e.first_sent_ms
                 && e.values
                     .get(&field)
                     .is_some_and(|v| track.comparison.matches(v, value));

@@ -169,6 +169,7 @@ fn fields_without_history_borrow_the_device_s() {
             shown_seq: 0,
             foreign: false,
             since_ms: 0,
+            seen_ms: 0,
             comparison: Comparison::Tolerance(0.1),
             samples: vec![Sample {
                 lo_ms: 3_900,
@@ -265,4 +266,37 @@ fn a_change_far_sooner_than_the_device_can_act_is_not_the_command() {
         "3 s after the send of a device that takes 20 s: set at the wall"
     );
     assert_eq!(standing(&m, 23.0, b.seq, 30_000, 33_000), Standing::Landed);
+}
+
+#[test]
+fn a_change_seen_after_a_long_gap_before_the_send_is_not_the_command() {
+    let mut m = DeviceModel::default();
+    m.record_send("a", &temp(21.0, 26.0), 0, &TIMING);
+    m.take_read(Ok(&reading(21.0)), 4_000, &TIMING);
+    // Nobody reads for a minute; the device is set to 26 at the wall; a
+    // command to 30 goes out without a baseline (its read failed), then
+    // one back to 26.
+    let no_baseline = vec![Commanded {
+        baseline: None,
+        ..temp(30.0, 0.0)[0].clone()
+    }];
+    m.record_send("b", &no_baseline, 60_000, &TIMING);
+    let c = m.record_send("c", &no_baseline_26(), 60_300, &TIMING);
+    m.take_read(Ok(&reading(26.0)), 62_000, &TIMING);
+    assert!(
+        m.fields[&T].foreign,
+        "26 may have been there before either command: nobody read it since"
+    );
+    assert_eq!(
+        standing(&m, 26.0, c.seq, 60_300, 62_000),
+        Standing::Blocked,
+        "30 is still to land"
+    );
+}
+
+fn no_baseline_26() -> Vec<Commanded> {
+    vec![Commanded {
+        baseline: None,
+        ..temp(26.0, 0.0)[0].clone()
+    }]
 }

@@ -48,10 +48,6 @@ impl Sample {
     fn mid(self) -> f64 {
         (self.lo_ms + self.hi_ms) as f64 / 2.0
     }
-
-    fn half_width(self) -> f64 {
-        self.hi_ms.saturating_sub(self.lo_ms) as f64 / 2.0
-    }
 }
 
 /// Keeps `samples` at most [`MAX_SAMPLES`] long, newest last.
@@ -75,38 +71,33 @@ pub struct Estimate {
 impl Estimate {
     /// From samples (any order). `None` without any.
     ///
-    /// Each sample's middle is a point estimate of one actuation; the window
-    /// spans the smallest and largest of them, widened on both sides by how
-    /// much they scatter (the range over `n - 1`, which for evenly spread
-    /// delays is the expected gap beyond the extremes), by the samples' own
-    /// half width, and by half a dense read. With one sample the scatter is
-    /// unknown, so a tenth of the delay stands in for it. Samples far wider
-    /// than the others (a change seen after a long gap in reads) only blur
-    /// the window and are left out when there are enough narrow ones.
+    /// A sample only bounds one actuation: it took at least `lo` and at most
+    /// `hi`. So the quickest actuation seen took at most the smallest `hi`,
+    /// and the slowest at least the largest `lo`: those two (in order) are
+    /// the core of the window, whatever the width of the samples, so a wide
+    /// one (a change seen after a gap in reads) neither blurs nor shifts it.
+    /// The core is then widened on both sides by how much the samples
+    /// scatter (its width over `n - 1`, the expected gap beyond the
+    /// extremes of `n` evenly spread delays) and by at least half a dense
+    /// read. With one sample the scatter is unknown, and a tenth of the
+    /// delay stands in for it.
     pub fn from_samples(samples: &[Sample], dense_ms: u64) -> Option<Estimate> {
         let recent = &samples[samples.len().saturating_sub(USED_SAMPLES)..];
         if recent.is_empty() {
             return None;
         }
-        let mut widths: Vec<f64> = recent.iter().map(|s| s.half_width()).collect();
-        widths.sort_by(f64::total_cmp);
-        let median_width = widths[widths.len() / 2];
-        let narrow: Vec<Sample> = recent
-            .iter()
-            .copied()
-            .filter(|s| recent.len() < 3 || s.half_width() <= 4.0 * median_width + 1.0)
-            .collect();
-        let mut mids: Vec<f64> = narrow.iter().map(|s| s.mid()).collect();
+        let quickest = recent.iter().map(|s| s.hi_ms).min()? as f64;
+        let slowest = recent.iter().map(|s| s.lo_ms).max()? as f64;
+        let (first, last) = (quickest.min(slowest), quickest.max(slowest));
+        let mut mids: Vec<f64> = recent.iter().map(|s| s.mid()).collect();
         mids.sort_by(f64::total_cmp);
-        let (first, last) = (mids[0], mids[mids.len() - 1]);
         let typical = mids[mids.len() / 2];
-        let scatter = if mids.len() >= 2 {
-            (last - first) / (mids.len() - 1) as f64
+        let scatter = if recent.len() >= 2 {
+            (last - first) / (recent.len() - 1) as f64
         } else {
             typical / 10.0
         };
-        let own = narrow.iter().map(|s| s.half_width()).fold(0.0, f64::max);
-        let margin = scatter.max(own).max(dense_ms as f64 / 2.0);
+        let margin = scatter.max(dense_ms as f64 / 2.0);
         Some(Estimate {
             lo_ms: (first - margin).max(0.0) as u64,
             hi_ms: (last + margin).ceil() as u64,
@@ -235,13 +226,13 @@ mod tests {
         }];
         s.extend(samples(&[4_000, 4_100, 4_050], 200));
         let e = Estimate::from_samples(&s, 200).unwrap();
-        assert!(e.lo_ms >= 3_800, "{e:?}");
+        assert!(e.lo_ms >= 3_800 && e.hi_ms <= 4_300, "{e:?}");
     }
 
     #[test]
     fn one_sample_is_widened_by_a_tenth_of_the_delay() {
         let e = Estimate::from_samples(&samples(&[20_000], 200), 200).unwrap();
-        assert_eq!((e.lo_ms, e.hi_ms), (18_000, 22_000));
+        assert_eq!((e.lo_ms, e.hi_ms), (17_900, 22_100));
     }
 
     #[test]

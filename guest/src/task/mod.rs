@@ -356,12 +356,34 @@ impl TaskRecord {
     /// Records an answer to the outstanding question `key`. Returns `None`
     /// when no such question is outstanding (never asked, already answered,
     /// or the task ended): the answer is ignored.
-    pub fn answer(&mut self, now_ms: u64, key: &str, reply: Reply) -> Option<AfterAnswer> {
+    ///
+    /// `fresh` is a reading taken as the answer came, when there is one: a
+    /// person may take a while, and the device may have changed meanwhile
+    /// (nobody reads it while the task waits for them). If it now shows
+    /// what was sent, the task completes whatever the answer.
+    pub fn answer(
+        &mut self,
+        now_ms: u64,
+        key: &str,
+        reply: Reply,
+        fresh: Option<&Reading>,
+    ) -> Option<AfterAnswer> {
         if self.is_terminal() {
             return None;
         }
         let at = self.questions.iter().position(|q| q.key == key)?;
         let question = self.questions.remove(at);
+        if question.kind == QuestionKind::AcceptDifferent
+            && let Some(reading) = fresh
+            && self.see_fresh(reading)
+        {
+            let message = format!(
+                "the device reports the requested state (read when the answer came): {}",
+                self.describe_fields()
+            );
+            self.finish(now_ms, Status::Completed, None, message);
+            return Some(AfterAnswer::Nothing);
+        }
         let after = match (question.kind, reply) {
             (QuestionKind::Confirm, Reply::Yes) => {
                 self.stage = Stage::Sending;
@@ -408,6 +430,32 @@ impl TaskRecord {
             }
         };
         Some(after)
+    }
+
+    /// Takes a reading outside the device's ticks into the fields' observed
+    /// values, comparing by value alone; returns whether every readable
+    /// field shows what was sent.
+    fn see_fresh(&mut self, reading: &Reading) -> bool {
+        for field in self.fields.iter_mut().filter(|f| f.readable) {
+            field.observed = reading.values.get(&field.field).cloned();
+            field.verdict = match &field.observed {
+                Some(o) if field.comparison.matches(&field.sent, o) => Verdict::Matched,
+                Some(o)
+                    if field
+                        .baseline
+                        .as_ref()
+                        .is_some_and(|b| !field.comparison.matches(b, o)) =>
+                {
+                    Verdict::Diverged
+                }
+                _ => Verdict::Waiting,
+            };
+        }
+        reading.online
+            && self
+                .fields
+                .iter()
+                .all(|f| matches!(f.verdict(), Verdict::Matched))
     }
 
     /// Back to `working` once no question is outstanding.

@@ -411,17 +411,17 @@ fn a_gated_task_waits_for_confirmation_and_sends_only_on_yes() {
         "elicitation/create"
     );
     assert_eq!(
-        task.answer(5, "nope", Reply::Yes),
+        task.answer(5, "nope", Reply::Yes, None),
         None,
         "unknown keys are ignored"
     );
     assert_eq!(
-        task.answer(5, "confirm_1", Reply::Yes),
+        task.answer(5, "confirm_1", Reply::Yes, None),
         Some(AfterAnswer::Send)
     );
     assert_eq!(task.status, Status::Working);
     assert_eq!(
-        task.answer(6, "confirm_1", Reply::Yes),
+        task.answer(6, "confirm_1", Reply::Yes, None),
         None,
         "answered keys are ignored"
     );
@@ -437,7 +437,7 @@ fn a_gated_task_waits_for_confirmation_and_sends_only_on_yes() {
     );
     declined.await_confirmation(0, "Send?".into());
     assert_eq!(
-        declined.answer(1, "confirm_1", Reply::No),
+        declined.answer(1, "confirm_1", Reply::No, None),
         Some(AfterAnswer::Nothing)
     );
     assert_eq!(declined.status, Status::Cancelled);
@@ -478,7 +478,7 @@ fn a_task_that_can_ask_asks_about_a_different_value() {
 
     let mut retry = task.clone();
     assert_eq!(
-        retry.answer(5_000, &key, Reply::Retry),
+        retry.answer(5_000, &key, Reply::Retry, None),
         Some(AfterAnswer::Send)
     );
     assert_eq!(retry.stage, Stage::Sending);
@@ -489,14 +489,14 @@ fn a_task_that_can_ask_asks_about_a_different_value() {
 
     let mut accept = task.clone();
     assert_eq!(
-        accept.answer(5_000, &key, Reply::Yes),
+        accept.answer(5_000, &key, Reply::Yes, None),
         Some(AfterAnswer::Nothing)
     );
     assert_eq!(accept.status, Status::Completed);
     assert_eq!(accept.to_tool_json()["result"]["acceptedAsIs"], true);
 
     let mut refuse = task;
-    refuse.answer(5_000, &key, Reply::No);
+    refuse.answer(5_000, &key, Reply::No, None);
     assert_eq!(refuse.status, Status::Failed);
     assert_eq!(
         refuse.failure.unwrap().reason,
@@ -697,4 +697,34 @@ fn blocked_is_waiting_and_landed_completes() {
         h,
     );
     assert_eq!(task.status, Status::Completed);
+}
+
+#[test]
+fn an_answer_about_a_different_value_reads_the_device_again() {
+    let mut task = temperature_task(30.0, 26.0);
+    task.can_ask = true;
+    see(&mut task, 2_000, Ok(&temp(28.0)));
+    see(&mut task, 3_000, Ok(&temp(28.0)));
+    let key = task.questions[0].key.clone();
+    let mut changed = task.clone();
+    assert_eq!(
+        changed.answer(9_000, &key, Reply::No, Some(&temp(30.0))),
+        Some(AfterAnswer::Nothing)
+    );
+    assert_eq!(
+        changed.status,
+        Status::Completed,
+        "meanwhile the device shows what was sent: {}",
+        changed.status_message
+    );
+    let mut still = task;
+    still.answer(9_000, &key, Reply::No, Some(&temp(27.0)));
+    assert_eq!(still.status, Status::Failed);
+    assert!(
+        still
+            .status_message
+            .contains("target_temperature 27 (sent 30)"),
+        "the latest value: {}",
+        still.status_message
+    );
 }
