@@ -84,6 +84,7 @@ fn keep_waiting(ctx: &Context<'_>, record: &TaskRecord, now: u64) -> Result<(), 
         model.waiting.entry(record.id.clone()).or_insert(Waiter {
             check_at: now,
             base,
+            deadline: record.deadline_ms(),
         });
         let at = now + ctx.settings.timing.dense_read_ms;
         model.wake_at = Some(model.wake_at.map_or(at, |w| w.min(at)));
@@ -167,6 +168,7 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
                         .map(|(t, _)| Waiter {
                             check_at: t.next_check_ms(now, &horizons),
                             base,
+                            deadline: t.deadline_ms(),
                         })
                 }
             };
@@ -224,8 +226,7 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
         let at = m
             .waiting
             .values()
-            .map(|w| w.check_at)
-            .filter(|at| *at > now)
+            .filter_map(|w| w.due_after(now))
             .fold(at, u64::min);
         m.wake_at = Some(at);
         Some(at)

@@ -294,9 +294,14 @@ fn join_timeline(
             let horizons = model.horizons(record.fields.iter().map(|f| f.field), now, timing);
             let check_at = horizons.patience_at.min(record.deadline_ms());
             let base = model.reads;
-            model
-                .waiting
-                .insert(record.id.clone(), crate::device::Waiter { check_at, base });
+            model.waiting.insert(
+                record.id.clone(),
+                crate::device::Waiter {
+                    check_at,
+                    base,
+                    deadline: record.deadline_ms(),
+                },
+            );
             let grid = next_grid_read(device_id, now, timing.poll_interval_ms, 0);
             let read_at = model.next_read_ms(now, timing, grid).min(check_at);
             let reschedule = match model.wake_at {

@@ -121,6 +121,20 @@ pub struct Waiter {
     pub check_at: u64,
     /// The device's read count when it joined, so it can count its own.
     pub base: u64,
+    /// The task's TTL: it is looked at by then however the reads go.
+    #[serde(default)]
+    pub deadline: u64,
+}
+
+impl Waiter {
+    /// The next time this task must be looked at after `now_ms`, if any:
+    /// its own check, and its deadline.
+    pub fn due_after(&self, now_ms: u64) -> Option<u64> {
+        [self.check_at, self.deadline]
+            .into_iter()
+            .filter(|at| *at > now_ms)
+            .min()
+    }
 }
 
 /// Where one field of one task stands after a reading.

@@ -109,6 +109,12 @@ impl Driver for RefDriver<'_> {
             (d.faults.flaky, d.faults.latency_ms)
         };
         if world.chance(flaky) {
+            if std::env::var("VERDICT_DEBUG").is_ok() {
+                eprintln!(
+                    "{} read {device_id} fails (flaky {flaky})",
+                    world.now() - START_MS
+                );
+            }
             if world.chance(0.5) {
                 world.platform.advance(HTTP_TIMEOUT_MS);
                 return Err(DriverError::Unreachable("did not answer in time".into()));
