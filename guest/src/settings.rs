@@ -40,6 +40,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "how old a remembered reading may be to serve as a command's baseline",
     ),
     (
+        "max_commands_per_minute",
+        "commands a device takes in any minute (0: no limit)",
+    ),
+    (
         "safe_min_temperature",
         "lowest setpoint sent without confirmation",
     ),
@@ -64,6 +68,9 @@ pub struct Settings {
     pub probe_max_age_ms: u64,
     pub safe_min_temperature: f64,
     pub safe_max_temperature: f64,
+    /// Commands a device takes in any minute; 0 for no limit. It guards
+    /// the equipment against a runaway agent; no person would reach it.
+    pub max_commands_per_minute: u32,
 }
 
 impl Settings {
@@ -108,6 +115,10 @@ impl Settings {
             },
             http_timeout_ms: number("http_timeout_ms", 5_000)?.max(1),
             probe_max_age_ms: number("probe_max_age_ms", 1_000)?,
+            max_commands_per_minute: u32::try_from(number("max_commands_per_minute", 30)?)
+                .map_err(|_| {
+                    "plugin configuration: max_commands_per_minute is too large".to_string()
+                })?,
             safe_min_temperature: celsius("safe_min_temperature", 18.0)?,
             safe_max_temperature: celsius("safe_max_temperature", 28.0)?,
         };

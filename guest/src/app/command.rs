@@ -112,6 +112,7 @@ pub fn run(
     // If the runner stops before the send below is recorded, this wake lets
     // the scheduler re-send (commands are absolute, so that is safe). It
     // lies past the send's own timeout so it never races a send in flight.
+    admit(ctx, &record)?;
     ctx.store
         .create(&record, recovery_wake(ctx, now))
         .map_err(Failure::Internal)?;
@@ -230,6 +231,29 @@ pub fn send_and_record(ctx: &Context<'_>, record: &TaskRecord) -> Result<TaskRec
     }
 }
 
+/// Counts a command against its device's rate limit (`max_commands_per_
+/// minute`), or refuses it, saying when the next may go; nothing is sent.
+fn admit(ctx: &Context<'_>, record: &TaskRecord) -> Result<(), Failure> {
+    let now = ctx.now_ms();
+    let limit = ctx.settings.max_commands_per_minute;
+    let values = record
+        .fields
+        .iter()
+        .map(|f| (f.field, f.sent.clone()))
+        .collect();
+    let admitted = ctx
+        .store
+        .update_device(&record.device_id, |m| m.admit_command(now, limit, &values))
+        .map_err(Failure::Internal)?;
+    admitted.map_err(|wait_ms| {
+        Failure::Tool(format!(
+            "{} has taken {limit} commands in the last minute, the most it takes (max_commands_per_minute); nothing was sent. The next one may be sent in {} s",
+            record.device_id,
+            wait_ms.div_ceil(1000)
+        ))
+    })
+}
+
 /// Sends a command that waited for a person (a confirmation, or "send it
 /// again"): the device may have changed meanwhile, so it is read again
 /// first and that reading becomes the command's baseline, as for a new
@@ -241,6 +265,17 @@ pub fn send_after_answer(ctx: &Context<'_>, record: &TaskRecord) -> Result<TaskR
         Err(Failure::Tool(_)) => None,
         Err(other) => return Err(other),
     };
+    match admit(ctx, record) {
+        Ok(()) => {}
+        Err(Failure::Tool(why)) => {
+            let now = ctx.now_ms();
+            ctx.store
+                .update(&record.id, now, |t| t.mark_not_sent(now, &why))
+                .map_err(Failure::Internal)?;
+            return Err(Failure::Tool(why));
+        }
+        Err(other) => return Err(other),
+    }
     let mut fresh = record.clone();
     if let Some(reading) = reading {
         let now = ctx.now_ms();

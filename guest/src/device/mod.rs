@@ -72,7 +72,14 @@ pub struct DeviceModel {
     /// When the device's tick is scheduled, as far as this record knows.
     #[serde(default)]
     pub wake_at: Option<u64>,
+    /// When the latest commands were let through to the device, for its
+    /// rate limit (only the last minute's are kept).
+    #[serde(default)]
+    pub recent_commands: Vec<u64>,
 }
+
+/// The window a device's command rate limit counts over.
+pub const RATE_WINDOW_MS: u64 = 60_000;
 
 /// One command (or a run of identical ones) the API took.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -487,6 +494,40 @@ impl DeviceModel {
             })
             .min()
             .unwrap_or(grid)
+    }
+
+    /// Lets one more command (`values`) through to the device at `now_ms`
+    /// if fewer than `per_minute` went in the last minute (0: no limit);
+    /// otherwise says how long until the next may go. A command that only
+    /// repeats the latest one changes nothing and is not counted. What is
+    /// protected is the device, so this counts per device, not per client.
+    pub fn admit_command(
+        &mut self,
+        now_ms: u64,
+        per_minute: u32,
+        values: &BTreeMap<Field, Value>,
+    ) -> Result<(), u64> {
+        self.recent_commands
+            .retain(|at| now_ms.saturating_sub(*at) < RATE_WINDOW_MS);
+        let repeats_latest = self.timeline.last().is_some_and(|last| {
+            last.values.len() == values.len()
+                && values.iter().all(|(field, value)| {
+                    let comparison = self.fields.get(field).map(|t| t.comparison);
+                    last.values
+                        .get(field)
+                        .zip(comparison)
+                        .is_some_and(|(v, c)| c.matches(value, v))
+                })
+        });
+        if repeats_latest {
+            return Ok(());
+        }
+        if per_minute > 0 && self.recent_commands.len() >= per_minute as usize {
+            let oldest = self.recent_commands.iter().copied().min().unwrap_or(now_ms);
+            return Err((oldest + RATE_WINDOW_MS).saturating_sub(now_ms));
+        }
+        self.recent_commands.push(now_ms);
+        Ok(())
     }
 
     /// Keeps reading the device until `until_ms` for command `seq`, which a

@@ -300,3 +300,37 @@ fn no_baseline_26() -> Vec<Commanded> {
         ..temp(26.0, 0.0)[0].clone()
     }]
 }
+
+#[test]
+fn a_device_takes_so_many_commands_a_minute_and_says_when_the_next_may_go() {
+    let mut m = DeviceModel::default();
+    let to = |t: f64| -> BTreeMap<Field, Value> { [(T, Value::Number(t))].into_iter().collect() };
+    for i in 0..3 {
+        assert_eq!(
+            m.admit_command(1_000 + i * 1_000, 3, &to(20.0 + i as f64)),
+            Ok(())
+        );
+        m.record_send(
+            &format!("t{i}"),
+            &temp(20.0 + i as f64, 26.0),
+            1_000 + i * 1_000,
+            &TIMING,
+        );
+    }
+    assert_eq!(
+        m.admit_command(10_000, 3, &to(25.0)),
+        Err(51_000),
+        "the first of the three leaves the window at 61 s"
+    );
+    assert_eq!(
+        m.admit_command(10_000, 3, &to(22.0)),
+        Ok(()),
+        "repeating the latest command changes nothing and is not counted"
+    );
+    assert_eq!(m.admit_command(61_000, 3, &to(25.0)), Ok(()));
+    assert_eq!(m.recent_commands.len(), 3, "older ones are forgotten");
+    let mut unlimited = DeviceModel::default();
+    for i in 0..100 {
+        assert_eq!(unlimited.admit_command(i, 0, &to(i as f64)), Ok(()));
+    }
+}

@@ -167,3 +167,42 @@ async fn a_device_with_history_is_read_around_its_usual_time() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_device_takes_only_so_many_commands_a_minute() {
+    let sim = sim(DELAY).await;
+    let api = sim.base_url();
+    let server = serve_http(&[
+        "--device-api",
+        &api,
+        "--plugin-config",
+        "poll_interval_ms=200,max_commands_per_minute=2",
+        "--inline-wait-ms",
+        "0",
+    ])
+    .await;
+    let client = modern_http_client(&server.url, Declares::default()).await;
+    set(&client, "ac-living", 21.0).await;
+    set(&client, "ac-living", 22.0).await;
+    // Repeating the latest command changes nothing and does not count.
+    set(&client, "ac-living", 22.0).await;
+    let refused = complete(
+        call(
+            &client,
+            "set_temperature",
+            json!({"device_id": "ac-living", "temperature": 23}),
+        )
+        .await,
+    );
+    let text = error_text(&refused);
+    assert!(
+        text.contains("ac-living has taken 2 commands in the last minute")
+            && text.contains("nothing was sent")
+            && text.contains("The next one may be sent in"),
+        "{text}"
+    );
+    assert_eq!(sim_counts(&sim, "ac-living").0, 3, "the fourth never left");
+    // Another device is not held back by this one.
+    set(&client, "ac-bedroom", 23.0).await;
+    server.stop().await;
+}
