@@ -39,22 +39,39 @@ use settle_plugin_sdk::{bindings, host, url};
 
 use bindings::exports::settle::plugin::plugin::Guest;
 use bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
+    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
+    TaskStatus, TaskView, Tool,
 };
 use serde_json::{Value as Json, json};
 use tools::{Caller, Failure, Output};
 
+/// The MCP server instructions the runner passes to clients.
+const INSTRUCTIONS: &str = "Device commands are verified: each returns a task that completes only \
+when the device's own sensors show the new state, or fails with what the device reported instead.";
+
+/// A task's status as the runner receives it in a `task-view`.
+fn wit_status(status: task::Status) -> TaskStatus {
+    match status {
+        task::Status::Working => TaskStatus::Working,
+        task::Status::InputRequired => TaskStatus::InputRequired,
+        task::Status::Completed => TaskStatus::Completed,
+        task::Status::Failed => TaskStatus::Failed,
+        task::Status::Cancelled => TaskStatus::Cancelled,
+    }
+}
+
 struct Plugin;
 
 impl Guest for Plugin {
-    fn capabilities() -> String {
+    fn capabilities() -> Result<ServerInfo, String> {
         // Read once when the runner loads the plugin: a configuration this
         // plugin cannot work with (a bad device profile, an unknown driver)
         // is refused then, not on every call.
-        if let Err(problem) = tools::Context::load() {
-            return serde_json::json!({ "configurationError": problem }).to_string();
-        }
-        resources::capabilities().to_string()
+        tools::Context::load()?;
+        Ok(ServerInfo {
+            capabilities: resources::capabilities().to_string(),
+            instructions: Some(INSTRUCTIONS.to_string()),
+        })
     }
 
     fn list_tools() -> Vec<Tool> {

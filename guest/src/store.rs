@@ -108,7 +108,7 @@ pub struct Tasks {
 pub fn view(record: &TaskRecord) -> TaskView {
     TaskView {
         task_id: record.id.clone(),
-        terminal: record.is_terminal(),
+        status: crate::wit_status(record.status),
         detailed: record.to_detailed_json().to_string(),
         tool_result: tool_result(&record.to_tool_json(), false).to_string(),
     }

@@ -68,21 +68,10 @@ pub struct RunnerConfig {
 impl RunnerConfig {
     /// Checks the command line; each problem names the flag.
     pub fn from_args(args: &ServeArgs) -> anyhow::Result<RunnerConfig> {
-        let mut config = match &args.config {
-            Some(path) => RunnerConfig::from_file(args, path)?,
-            None => RunnerConfig::single(args)?,
-        };
-        for tenant in &mut config.tenants {
-            // Plugins seal MRTR `requestState` with this key so a client
-            // cannot forge or alter it. Random per start unless configured,
-            // which is enough for one process: a retry reaches the process
-            // that asked. Replicas sharing a store must configure one.
-            tenant
-                .plugin_config
-                .entry("request_state_key".into())
-                .or_insert_with(random_key);
+        match &args.config {
+            Some(path) => RunnerConfig::from_file(args, path),
+            None => RunnerConfig::single(args),
         }
-        Ok(config)
     }
 
     /// The tenants of a tenants file; the flags still set the store, the
@@ -247,14 +236,6 @@ pub fn read_profile(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// 256 random bits as hex.
-fn random_key() -> String {
-    rand::random::<[u8; 32]>()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// One served tenant: its MCP server and the token its clients present.
 struct Served {
     settle: Settle,
@@ -315,28 +296,17 @@ impl Runner {
         let mut served = Vec::new();
         for tenant in tenants.iter() {
             let source = tenant.plugin.load().source.clone();
-            // Reading the tool list proves the plugin instantiates and answers.
-            let tools = runtime.list_tools(tenant).await.with_context(|| {
-                format!(
-                    "tenant {}: plugin {} failed its first call",
-                    tenant.name(),
-                    source.display()
-                )
-            })?;
-            let capabilities = runtime.capabilities(tenant).await.with_context(|| {
-                format!(
-                    "tenant {}: plugin {} failed to say what it serves",
-                    tenant.name(),
-                    source.display()
-                )
-            })?;
-            if let Some(problem) = crate::runtime::configuration_error(&capabilities) {
-                bail!(
-                    "tenant {}: plugin {} refuses its configuration: {problem}",
-                    tenant.name(),
-                    source.display()
-                );
-            }
+            let plugin = tenant.plugin.load_full();
+            let tools = crate::admit::admit(&runtime, tenant, &plugin)
+                .await
+                .map_err(|refusal| {
+                    anyhow::anyhow!(
+                        "tenant {}: plugin {} {refusal}",
+                        tenant.name(),
+                        source.display()
+                    )
+                })?
+                .tools;
             tracing::info!(
                 tenant = %tenant.name(),
                 plugin = %source.display(),

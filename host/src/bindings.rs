@@ -18,3 +18,42 @@ wasmtime::component::bindgen!({
         "wasi:keyvalue/atomics.cas": crate::capabilities::kv::Cas,
     },
 });
+
+use settle::plugin::types::TaskStatus;
+
+impl TaskStatus {
+    /// Every status, in the order the tasks extension lists them.
+    pub const ALL: [TaskStatus; 5] = [
+        TaskStatus::Working,
+        TaskStatus::InputRequired,
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+        TaskStatus::Cancelled,
+    ];
+
+    /// Whether the task has ended: `completed`, `failed` or `cancelled`
+    /// never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
+        )
+    }
+
+    /// The status as the tasks extension spells it (`input_required`): a
+    /// metrics label and the form that travels between replicas.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Working => "working",
+            TaskStatus::InputRequired => "input_required",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// The status [`TaskStatus::as_str`] spells `text`.
+    pub fn parse(text: &str) -> Option<TaskStatus> {
+        TaskStatus::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}

@@ -8,7 +8,7 @@
 //! up only the followers of that one task or resource, so its cost does not
 //! grow with the number of tasks or streams.
 
-use crate::bindings::settle::plugin::types::TaskView;
+use crate::bindings::settle::plugin::types::{TaskStatus, TaskView};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -100,8 +100,8 @@ pub enum NoticeEvent {
     Task {
         /// The task's id.
         task_id: String,
-        /// Whether it has ended.
-        terminal: bool,
+        /// Its status, as [`TaskStatus::as_str`] spells it.
+        status: String,
         /// Its detailed view.
         detailed: String,
         /// Its tool-result view.
@@ -180,7 +180,7 @@ impl Hub {
             tenant,
             NoticeEvent::Task {
                 task_id: view.task_id.clone(),
-                terminal: view.terminal,
+                status: view.status.as_str().to_string(),
                 detailed: view.detailed.clone(),
                 tool_result: view.tool_result.clone(),
             },
@@ -221,18 +221,21 @@ impl Hub {
         match notice.event {
             NoticeEvent::Task {
                 task_id,
-                terminal,
+                status,
                 detailed,
                 tool_result,
-            } => self.deliver_task(
-                tenant,
-                TaskView {
-                    task_id,
-                    terminal,
-                    detailed,
-                    tool_result,
-                },
-            ),
+            } => match TaskStatus::parse(&status) {
+                Some(status) => self.deliver_task(
+                    tenant,
+                    TaskView {
+                        task_id,
+                        status,
+                        detailed,
+                        tool_result,
+                    },
+                ),
+                None => tracing::warn!("relay: a task notice with unknown status {status:?}"),
+            },
             NoticeEvent::Resource { uri } => self.deliver_resource(tenant, &uri),
             NoticeEvent::ToolsList => self.deliver_list_changed(tenant, Event::ToolsListChanged),
             NoticeEvent::PromptsList => {
@@ -342,7 +345,7 @@ impl Following {
         let ended = async {
             while let Some(event) = self.next().await {
                 if let Event::Task(view) = event
-                    && view.terminal
+                    && view.status.is_terminal()
                 {
                     return Some(view);
                 }
@@ -366,7 +369,11 @@ mod tests {
     fn view(id: &str, terminal: bool) -> TaskView {
         TaskView {
             task_id: id.into(),
-            terminal,
+            status: if terminal {
+                TaskStatus::Completed
+            } else {
+                TaskStatus::Working
+            },
             detailed: "{}".into(),
             tool_result: "{}".into(),
         }
@@ -389,7 +396,8 @@ mod tests {
             f.task_ended_within(Duration::from_secs(5))
                 .await
                 .unwrap()
-                .terminal
+                .status
+                .is_terminal()
         );
     }
 

@@ -6,6 +6,8 @@
 //! - [`app`]: wiring a configuration into a running runner, and stopping it.
 //! - [`mcp`]: the MCP handler (rmcp) and the stdio and HTTP transports.
 //! - [`runtime`]: wasmtime: engine, linker, plugins, one store per call.
+//! - [`contract`]: which `settle:plugin` version a component was built for.
+//! - [`admit`]: the check a plugin passes before it serves a tenant.
 //! - [`bindings`]: the host's only `bindgen!`.
 //! - [`state`]: the per-call store data, and the memory limiter.
 //! - [`capabilities`]: what a plugin may use: key-value, config, runner, HTTP.
@@ -22,12 +24,14 @@
 
 #![deny(missing_docs)]
 
+pub mod admit;
 pub mod app;
 #[allow(missing_docs)]
 pub mod bindings;
 pub mod capabilities;
 pub mod cli;
 pub mod config;
+pub mod contract;
 pub mod drain;
 pub mod events;
 pub mod mcp;

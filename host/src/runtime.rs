@@ -70,14 +70,6 @@ impl Fault {
     }
 }
 
-/// The problem a plugin reported with its configuration when asked for its
-/// capabilities (`{"configurationError": "..."}`), if it reported one.
-pub fn configuration_error(capabilities: &serde_json::Value) -> Option<&str> {
-    capabilities
-        .get("configurationError")
-        .and_then(serde_json::Value::as_str)
-}
-
 /// Why a plugin was refused at load time.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -97,6 +89,14 @@ pub enum LoadError {
         /// wasmtime's reason.
         message: String,
     },
+    /// The component was built for another version of the contract.
+    #[error("{path}: {mismatch}")]
+    Version {
+        /// The plugin path.
+        path: PathBuf,
+        /// The versions.
+        mismatch: crate::contract::VersionMismatch,
+    },
     /// The component imports something the runner does not give, or does not
     /// export the plugin interface.
     #[error("{path} does not fit the settle:plugin/device-plugin world: {message}")]
@@ -114,10 +114,20 @@ impl Plugin {
         self.tools.get().map(|t| t.as_slice())
     }
 
-    /// The capabilities, if they have been read already.
-    pub fn cached_capabilities(&self) -> Option<&serde_json::Value> {
-        self.capabilities.get().map(|c| c.as_ref())
+    /// What it said about its server, if that has been read already.
+    pub fn cached_info(&self) -> Option<&PluginInfo> {
+        self.info.get().map(|c| c.as_ref())
     }
+}
+
+/// What a plugin says about the MCP server it serves through the runner
+/// (its `server-info`), read once per loaded plugin.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PluginInfo {
+    /// What it serves beyond tools: MCP `ServerCapabilities` JSON.
+    pub capabilities: serde_json::Value,
+    /// The server instructions, passed to clients verbatim.
+    pub instructions: Option<String>,
 }
 
 /// A compiled, linked plugin, ready to instantiate.
@@ -130,8 +140,9 @@ pub struct Plugin {
     pub digest: String,
     /// The tool list, read once: it must not change while the plugin does not.
     tools: tokio::sync::OnceCell<Arc<Vec<Tool>>>,
-    /// What it serves beyond tools (`ServerCapabilities` JSON), read once.
-    capabilities: tokio::sync::OnceCell<Arc<serde_json::Value>>,
+    /// What it serves beyond tools, and its instructions; read once it
+    /// accepted its configuration.
+    info: tokio::sync::OnceCell<Arc<PluginInfo>>,
 }
 
 /// The engine, linker and store shared by every plugin and call.
@@ -239,6 +250,15 @@ impl Runtime {
             format!("{:x}", sha2::Sha256::digest(&bytes))
         };
         let component = self.compile(path, &bytes, &digest)?;
+        let ty = component.component_type();
+        let names = ty
+            .imports(&self.engine)
+            .map(|(name, _)| name)
+            .chain(ty.exports(&self.engine).map(|(name, _)| name));
+        crate::contract::check(names).map_err(|mismatch| LoadError::Version {
+            path: path.to_path_buf(),
+            mismatch,
+        })?;
         let interface = |e: wasmtime::Error| LoadError::Interface {
             path: path.to_path_buf(),
             message: format!("{e:#}"),
@@ -250,7 +270,7 @@ impl Runtime {
             source: path.to_path_buf(),
             digest,
             tools: tokio::sync::OnceCell::new(),
-            capabilities: tokio::sync::OnceCell::new(),
+            info: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -391,36 +411,37 @@ impl Runtime {
             .cloned()
     }
 
-    /// What the plugin serves beyond tools, read once per loaded plugin. A
-    /// reply that is not JSON counts as `{}` and is logged.
-    pub async fn capabilities(&self, tenant: &Tenant) -> Result<Arc<serde_json::Value>, Fault> {
-        self.capabilities_of(tenant, tenant.plugin.load_full())
-            .await
-    }
-
-    /// What `plugin`, run as `tenant`, serves beyond tools; read once.
-    pub async fn capabilities_of(
+    /// What `plugin`, run as `tenant`, says about its server: `Ok` once it
+    /// accepted the tenant's configuration (then kept, and not asked
+    /// again), or the plugin's reason for refusing it. Capabilities that
+    /// are not JSON count as `{}` and are logged.
+    pub async fn info_of(
         &self,
         tenant: &Tenant,
         plugin: Arc<Plugin>,
-    ) -> Result<Arc<serde_json::Value>, Fault> {
-        plugin
-            .capabilities
-            .get_or_try_init(|| async {
-                let mut call = self.start_on(tenant, plugin.clone(), None).await?;
-                let exports = call.instance.settle_plugin_plugin();
-                let json = call
-                    .probe
-                    .guard("capabilities", exports.call_capabilities(&mut call.store))
-                    .await?;
-                let value = serde_json::from_str(&json).unwrap_or_else(|e| {
-                    tracing::error!(tenant = %tenant.name(), "plugin capabilities are not JSON: {e}");
-                    serde_json::json!({})
-                });
-                Ok(Arc::new(value))
-            })
-            .await
-            .cloned()
+    ) -> Result<Result<Arc<PluginInfo>, String>, Fault> {
+        if let Some(info) = plugin.info.get() {
+            return Ok(Ok(info.clone()));
+        }
+        let mut call = self.start_on(tenant, plugin.clone(), None).await?;
+        let exports = call.instance.settle_plugin_plugin();
+        let answer = call
+            .probe
+            .guard("capabilities", exports.call_capabilities(&mut call.store))
+            .await?;
+        let info = match answer {
+            Ok(info) => info,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let capabilities = serde_json::from_str(&info.capabilities).unwrap_or_else(|e| {
+            tracing::error!(tenant = %tenant.name(), "plugin capabilities are not JSON: {e}");
+            serde_json::json!({})
+        });
+        let info = Arc::new(PluginInfo {
+            capabilities,
+            instructions: info.instructions,
+        });
+        Ok(Ok(plugin.info.get_or_init(|| async { info }).await.clone()))
     }
 
     /// Runs `call-tool`; `notifier` receives its progress and log messages.

@@ -38,18 +38,28 @@ mod store;
 pub mod task;
 pub mod tools;
 
+use settle_plugin_sdk::host::{CasUpdate, Kv};
 use settle_plugin_sdk::{bindings, host};
 
 use bindings::exports::settle::plugin::plugin::Guest;
 use bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
+    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
+    TaskView, Tool,
 };
 use serde_json::{Value as Json, json};
 use serve::{Refusal, Served};
 use tools::{Failure, Outcome};
 
-/// The configuration key of the runner's `requestState` sealing key.
+/// The configuration key of an operator's `requestState` sealing key; when
+/// it is not set, the plugin keeps its own in its key-value bucket.
 const REQUEST_STATE_KEY: &str = "request_state_key";
+
+/// Where the plugin's own sealing key lives in its key-value bucket.
+const SEALING_KEY_ENTRY: &str = "seal/request-state-key";
+
+/// The MCP server instructions the runner passes to clients.
+const INSTRUCTIONS: &str = "Fixtures for the MCP conformance suite: each tool, resource and prompt \
+answers as the suite's scenario expects. Not a service to use.";
 
 struct Plugin;
 
@@ -59,10 +69,26 @@ fn parse_optional(json: Option<&str>) -> Option<Json> {
     json.and_then(|j| serde_json::from_str(j).ok())
 }
 
+/// The sealer of `requestState`: under the operator's key when one is
+/// configured, otherwise under a random key the plugin keeps in its bucket.
+/// The first call that finds none creates it with compare-and-swap, so
+/// every instance and every replica sharing the store seals with the same
+/// key (a retry may reach another replica), and the runner knows nothing
+/// of it.
 fn sealer() -> Result<mrtr::Sealer, String> {
-    let key = host::config(REQUEST_STATE_KEY)?
-        .ok_or_else(|| format!("plugin configuration: {REQUEST_STATE_KEY} is not set"))?;
-    Ok(mrtr::Sealer::new(key.as_bytes()))
+    if let Some(key) = host::config(REQUEST_STATE_KEY)? {
+        return Ok(mrtr::Sealer::new(key.as_bytes()));
+    }
+    let key = Kv::open()?.cas_update(SEALING_KEY_ENTRY, |current| {
+        Ok(match current {
+            Some(key) => CasUpdate::Keep(key.to_vec()),
+            None => {
+                let key = host::random_bytes(32);
+                CasUpdate::Write(key.clone(), key)
+            }
+        })
+    })?;
+    Ok(mrtr::Sealer::new(&key))
 }
 
 /// A capability JSON as the runner wants it in `missing-capability`.
@@ -71,13 +97,16 @@ fn missing(capabilities: Json) -> CallError {
 }
 
 impl Guest for Plugin {
-    fn capabilities() -> String {
-        json!({
+    fn capabilities() -> Result<ServerInfo, String> {
+        let capabilities = json!({
             "resources": {"subscribe": true},
             "prompts": {"listChanged": true},
             "completions": {},
+        });
+        Ok(ServerInfo {
+            capabilities: capabilities.to_string(),
+            instructions: Some(INSTRUCTIONS.to_string()),
         })
-        .to_string()
     }
 
     fn list_tools() -> Vec<Tool> {

@@ -22,7 +22,8 @@ use settle_plugin_sdk::host::{self, HttpRequest};
 
 use bindings::exports::settle::plugin::plugin::Guest;
 use bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
+    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
+    TaskView, Tool,
 };
 use serde_json::{Value as Json, json};
 
@@ -125,8 +126,11 @@ fn escape() -> CallOutcome {
 }
 
 impl Guest for Plugin {
-    fn capabilities() -> String {
-        "{}".into()
+    fn capabilities() -> Result<ServerInfo, String> {
+        Ok(ServerInfo {
+            capabilities: "{}".into(),
+            instructions: None,
+        })
     }
 
     fn list_tools() -> Vec<Tool> {

@@ -40,13 +40,18 @@ pub fn add_to_linker<T: Send + 'static>(
     wit::add_to_linker::<T, HasRunner>(linker, view)
 }
 
+/// The refusal of a list longer than [`MAX_WAKES_PER_CALL`].
+fn too_many() -> wit::ScheduleError {
+    wit::ScheduleError::TooMany(MAX_WAKES_PER_CALL as u32)
+}
+
 impl wit::Host for RunnerView<'_> {
-    async fn schedule(&mut self, wakes: Vec<wit::Wake>) -> wasmtime::Result<Result<(), String>> {
+    async fn schedule(
+        &mut self,
+        wakes: Vec<wit::Wake>,
+    ) -> wasmtime::Result<Result<(), wit::ScheduleError>> {
         if wakes.len() > MAX_WAKES_PER_CALL {
-            return Ok(Err(format!(
-                "at most {MAX_WAKES_PER_CALL} wakes per call, not {}",
-                wakes.len()
-            )));
+            return Ok(Err(too_many()));
         }
         let wakes: Vec<Wake> = wakes
             .into_iter()
@@ -61,32 +66,29 @@ impl wit::Host for RunnerView<'_> {
             .store
             .schedule(&self.kv.namespace, &wakes)
             .await
-            .map_err(|e| e.to_string()))
+            .map_err(|e| wit::ScheduleError::Store(e.to_string())))
     }
 
-    async fn unschedule(&mut self, task_ids: Vec<String>) -> wasmtime::Result<Result<(), String>> {
+    async fn unschedule(
+        &mut self,
+        task_ids: Vec<String>,
+    ) -> wasmtime::Result<Result<(), wit::ScheduleError>> {
         if task_ids.len() > MAX_WAKES_PER_CALL {
-            return Ok(Err(format!(
-                "at most {MAX_WAKES_PER_CALL} tasks per call, not {}",
-                task_ids.len()
-            )));
+            return Ok(Err(too_many()));
         }
         Ok(self
             .kv
             .store
             .unschedule(&self.kv.namespace, &task_ids)
             .await
-            .map_err(|e| e.to_string()))
+            .map_err(|e| wit::ScheduleError::Store(e.to_string())))
     }
 
     async fn task_changed(&mut self, task: TaskView) -> wasmtime::Result<()> {
-        if task.terminal {
-            let status = serde_json::from_str::<serde_json::Value>(&task.detailed)
-                .ok()
-                .and_then(|d| d["status"].as_str().map(ended_status));
+        if task.status.is_terminal() {
             self.tenant
                 .metrics
-                .task(&self.tenant.name, status.unwrap_or("other"));
+                .task(&self.tenant.name, task.status.as_str());
         }
         self.tenant.events.publish_task(&self.tenant.name, task);
         Ok(())
@@ -147,16 +149,5 @@ impl wit::Host for RunnerView<'_> {
             wit::Level::Trace => tracing::trace!(%tenant, "plugin: {message}"),
         }
         Ok(())
-    }
-}
-
-/// A terminal status as a metrics label; anything else a plugin reports is
-/// `other`, so a plugin cannot invent label values.
-fn ended_status(status: &str) -> &'static str {
-    match status {
-        "completed" => "completed",
-        "failed" => "failed",
-        "cancelled" => "cancelled",
-        _ => "other",
     }
 }

@@ -13,11 +13,11 @@
 use super::notify::Notifier;
 use crate::bindings::settle::plugin::types::{
     CallError, CallOutcome, CallRequest, ClientContext, McpRequest, RequestOutcome, TaskError,
-    TaskView, Tool as PluginTool,
+    TaskStatus, TaskView, Tool as PluginTool,
 };
 use crate::drain::Drain;
 use crate::events::{Event, Hub, Interest};
-use crate::runtime::{Fault, Runtime};
+use crate::runtime::{Fault, PluginInfo, Runtime};
 use crate::state::RequestNotifier;
 use crate::tenant::Tenant;
 use rmcp::model::{
@@ -50,9 +50,6 @@ const VERSIONS: [ProtocolVersion; 3] = [
 /// Question rounds a legacy client is taken through before giving up: the
 /// plugin may ask again after each answer, but not forever.
 const MAX_QUESTION_ROUNDS: usize = 10;
-
-const INSTRUCTIONS: &str = "Device commands are verified: each returns a task that completes only \
-when the device's own sensors show the new state, or fails with what the device reported instead.";
 
 /// How the handler serves, whatever the transport.
 #[derive(Clone, Debug)]
@@ -149,14 +146,19 @@ impl Settle {
         self.tenant().name()
     }
 
-    /// What the plugin serves beyond tools (read when it was loaded).
-    pub(super) fn plugin_capabilities(&self) -> Value {
+    /// What the plugin said about its server when it was admitted.
+    pub(super) fn plugin_info(&self) -> PluginInfo {
         self.tenant()
             .plugin
             .load()
-            .cached_capabilities()
+            .cached_info()
             .cloned()
-            .unwrap_or_else(|| json!({}))
+            .unwrap_or_default()
+    }
+
+    /// What the plugin serves beyond tools (read when it was admitted).
+    pub(super) fn plugin_capabilities(&self) -> Value {
+        self.plugin_info().capabilities
     }
 
     fn tenant(&self) -> &Tenant {
@@ -373,7 +375,7 @@ impl Settle {
         tasks_declared: bool,
     ) -> Result<CallToolResponse, ErrorData> {
         let mut view = created;
-        let waiting = !view.terminal && view_status(&view) == Some("working");
+        let waiting = view.status == TaskStatus::Working;
         if waiting && !self.inner.options.inline_wait.is_zero() {
             let mut following = self
                 .hub()
@@ -393,7 +395,7 @@ impl Settle {
                     .map_err(task_error)?,
             };
         }
-        if tasks_declared && !view.terminal {
+        if tasks_declared && !view.status.is_terminal() {
             let task: Task = from_plugin("task", &view.detailed)?;
             return Ok(CallToolResponse::Task(CreateTaskResult::new(task)));
         }
@@ -586,20 +588,6 @@ impl Settle {
     }
 }
 
-/// The task status in a view, read from its detailed JSON.
-fn view_status(view: &TaskView) -> Option<&'static str> {
-    let value: Value = serde_json::from_str(&view.detailed).ok()?;
-    [
-        "working",
-        "input_required",
-        "completed",
-        "failed",
-        "cancelled",
-    ]
-    .into_iter()
-    .find(|s| value["status"] == *s)
-}
-
 /// What a plugin is asked to do.
 enum Target {
     Tool {
@@ -624,7 +612,10 @@ enum Answer {
 
 impl ServerHandler for Settle {
     fn get_info(&self) -> ServerConfig {
-        let served = self.plugin_capabilities();
+        let PluginInfo {
+            capabilities: served,
+            instructions,
+        } = self.plugin_info();
         let mut capabilities = ServerCapabilities::builder()
             .enable_tools()
             .enable_tool_list_changed()
@@ -641,9 +632,12 @@ impl ServerHandler for Settle {
             capabilities.completions = serde_json::from_value(completions.clone()).ok();
         }
         capabilities.logging = Some(Default::default());
-        ServerConfig::new(capabilities)
-            .with_server_info(Implementation::new("settle", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+        let config = ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("settle", env!("CARGO_PKG_VERSION")));
+        match instructions {
+            Some(instructions) => config.with_instructions(instructions),
+            None => config,
+        }
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {

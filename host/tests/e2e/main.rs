@@ -7,6 +7,7 @@
 mod common;
 
 mod commands;
+mod contract;
 mod homeassistant;
 mod lifecycle;
 mod mcp_http;
