@@ -11,8 +11,9 @@
 //!   neighbour idle.
 
 use serde_json::{Value, json};
-use settle::app::{Runner, RunnerConfig};
+use settle::app::Runner;
 use settle::cli::{Cli, Command};
+use settle::config::RunnerConfig;
 use settle::runtime::Runtime;
 use settle::store::Store;
 use settle::swap::{SwapOutcome, Swapper};

@@ -1,5 +1,7 @@
-//! settle's runner: hosts device plugins as WASI components and serves them
-//! to AI agents over MCP.
+//! settle's runner: hosts plugins as WASI components and serves them to AI
+//! agents over MCP. It knows nothing of what a plugin does: the device
+//! plugin's settings are names on the command line ([`cli::ALIASES`]) and
+//! nothing more.
 //!
 //! # Layout
 //! - [`cli`]: the command line.
@@ -17,7 +19,8 @@
 //! - [`events`]: change notices for callers waiting inline and listeners.
 //! - [`relay`]: carrying those notices between replicas (Redis pub/sub).
 //! - [`tenant`]: tenants, their settings and limits.
-//! - [`config`]: the tenants file (`--config settle.toml`).
+//! - [`config`]: flags and the tenants file, checked into a runner's configuration.
+//! - [`secret`]: tokens that never show in logs.
 //! - [`swap`]: replacing a tenant's plugin while it serves.
 //! - [`metrics`]: what operators see at `/metrics`.
 //! - [`drain`]: counting calls in flight for an orderly shutdown.
@@ -40,6 +43,7 @@ pub mod policy;
 pub mod relay;
 pub mod runtime;
 pub mod scheduler;
+pub mod secret;
 pub mod state;
 pub mod store;
 pub mod swap;

@@ -1,5 +1,6 @@
-//! `wasi:config`: the tenant's settings for its plugin (device API URL,
-//! token, driver, timing and safety rules), read-only.
+//! `wasi:config`: the tenant's settings for its plugin, read-only. The
+//! runner gives them no meaning; the plugin checks them when it is
+//! admitted.
 
 use crate::bindings::wasi::config::store as wit;
 use crate::tenant::TenantContext;

@@ -60,6 +60,8 @@ return out
 /// Adds `delta` to a decimal counter; Redis's own INCRBY, which also refuses
 /// a value that is not an integer.
 pub struct RedisStore {
+    /// Where the server is: the relay opens its own connections with it.
+    client: redis::Client,
     connection: ConnectionManager,
     cas: Script,
     claim: Script,
@@ -86,11 +88,17 @@ impl RedisStore {
             .get_connection_manager_lazy(config)
             .map_err(|e| unavailable(url, e))?;
         Ok(RedisStore {
+            client,
             connection,
             cas: Script::new(CAS),
             claim: Script::new(CLAIM),
             url: redacted(url),
         })
+    }
+
+    /// The server, for the relay of change notices between replicas.
+    pub fn client(&self) -> redis::Client {
+        self.client.clone()
     }
 
     fn conn(&self) -> ConnectionManager {

@@ -14,8 +14,9 @@ use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use serde_json::{Value, json};
-use settle::app::{Runner, RunnerConfig};
+use settle::app::Runner;
 use settle::cli::{Cli, Command};
+use settle::config::RunnerConfig;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -107,7 +107,7 @@ async fn a_runner_given_a_0_1_0_plugin_does_not_start() {
         "--cache-dir",
         cache.to_str().unwrap(),
     ]);
-    let config = settle::app::RunnerConfig::from_args(&args).expect("flags are valid");
+    let config = settle::config::RunnerConfig::from_args(&args).expect("flags are valid");
     let err = match settle::app::Runner::start(config).await {
         Err(err) => format!("{err:#}"),
         Ok(_) => panic!("a runner started with a 0.1.0 plugin"),

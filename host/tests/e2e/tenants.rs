@@ -89,7 +89,7 @@ impl Tenants {
             cache.to_str().unwrap(),
         ]);
         let server =
-            serve_http_config(settle::app::RunnerConfig::from_args(&args).expect("valid")).await;
+            serve_http_config(settle::config::RunnerConfig::from_args(&args).expect("valid")).await;
         let base = server.url.trim_end_matches("/mcp").to_string();
         Tenants { server, base }
     }
