@@ -7,7 +7,8 @@
 //! plugin, so serving never asks again.
 
 use crate::bindings::settle::plugin::types::Tool;
-use crate::runtime::{Fault, Plugin, PluginInfo, Runtime};
+use crate::plugin::{Plugin, PluginInfo};
+use crate::runtime::{Fault, Runtime};
 use crate::tenant::Tenant;
 use std::sync::Arc;
 

@@ -3,6 +3,7 @@
 //! through here.
 
 use crate::config::{Layout, RunnerConfig};
+use crate::context::TenantContext;
 use crate::drain::{DRAIN_LIMIT, Drain};
 use crate::events::Hub;
 use crate::mcp::Settle;
@@ -13,7 +14,7 @@ use crate::scheduler::Scheduler;
 use crate::secret::Secret;
 use crate::store::Store;
 use crate::swap::Swapper;
-use crate::tenant::{Tenant, TenantContext, Tenants};
+use crate::tenant::{Tenant, Tenants};
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -2,7 +2,9 @@
 //! runner and every plugin share one contract.
 //!
 //! WASI interfaces map onto wasmtime's own implementations; the key-value
-//! resources map onto [`crate::capabilities::kv`]'s types.
+//! resources map onto the handles in [`kv`], which
+//! [`crate::capabilities::kv`] creates and reads. They are defined here so
+//! the bindings depend on nothing else in the runner.
 
 wasmtime::component::bindgen!({
     path: "../wit",
@@ -14,10 +16,25 @@ wasmtime::component::bindgen!({
         "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
         "wasi:random": wasmtime_wasi::p2::bindings::random,
         "wasi:http": wasmtime_wasi_http::p2::bindings::http,
-        "wasi:keyvalue/store.bucket": crate::capabilities::kv::Bucket,
-        "wasi:keyvalue/atomics.cas": crate::capabilities::kv::Cas,
+        "wasi:keyvalue/store.bucket": crate::bindings::kv::Bucket,
+        "wasi:keyvalue/atomics.cas": crate::bindings::kv::Cas,
     },
 });
+
+/// What the host holds for a plugin's `wasi:keyvalue` resources.
+pub mod kv {
+    /// An open bucket: the namespace it reads and writes.
+    pub struct Bucket {
+        pub(crate) namespace: String,
+    }
+
+    /// A compare-and-swap in progress: the value seen when it began.
+    pub struct Cas {
+        pub(crate) namespace: String,
+        pub(crate) key: String,
+        pub(crate) seen: Option<Vec<u8>>,
+    }
+}
 
 use settle::plugin::types::TaskStatus;
 

@@ -18,7 +18,9 @@
 //! - [`scheduler`]: wakes due tasks and calls the plugin's `advance`.
 //! - [`events`]: change notices for callers waiting inline and listeners.
 //! - [`relay`]: carrying those notices between replicas (Redis pub/sub).
-//! - [`tenant`]: tenants, their settings and limits.
+//! - [`tenant`]: tenants (their context and current plugin), by name and namespace.
+//! - [`context`]: what every plugin call of a tenant shares: settings, limits, allow-list.
+//! - [`plugin`]: a compiled, linked plugin, and the cache of compiled components.
 //! - [`config`]: flags and the tenants file, checked into a runner's configuration.
 //! - [`secret`]: tokens that never show in logs.
 //! - [`swap`]: replacing a tenant's plugin while it serves.
@@ -34,11 +36,13 @@ pub mod bindings;
 pub mod capabilities;
 pub mod cli;
 pub mod config;
+pub mod context;
 pub mod contract;
 pub mod drain;
 pub mod events;
 pub mod mcp;
 pub mod metrics;
+pub mod plugin;
 pub mod policy;
 pub mod relay;
 pub mod runtime;
@@ -48,3 +52,6 @@ pub mod state;
 pub mod store;
 pub mod swap;
 pub mod tenant;
+
+#[cfg(test)]
+mod layering;

@@ -4,19 +4,21 @@
 //!
 //! Nothing outside this module touches `wasmtime::Config`.
 
+use crate::bindings::DevicePlugin;
 use crate::bindings::settle::plugin::types::{
     CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
 };
-use crate::bindings::{DevicePlugin, DevicePluginPre};
 use crate::capabilities;
-use crate::state::{HostState, MemoryLimitExceeded, RequestNotifier, STDERR_CAPTURE_BYTES};
+use crate::capabilities::runner::RequestNotifier;
+use crate::plugin::{LoadError, Loader, Plugin, PluginInfo};
+use crate::state::{HostState, MemoryLimitExceeded, STDERR_CAPTURE_BYTES};
 use crate::store::Store as StateStore;
 use crate::tenant::Tenant;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
@@ -70,81 +72,6 @@ impl Fault {
     }
 }
 
-/// Why a plugin was refused at load time.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// The file could not be read.
-    #[error("cannot read plugin {path}: {source}")]
-    Read {
-        /// The plugin path.
-        path: PathBuf,
-        /// Why reading failed.
-        source: std::io::Error,
-    },
-    /// The bytes are not a component wasmtime can compile.
-    #[error("{path} is not a valid WebAssembly component: {message}")]
-    Compile {
-        /// The plugin path.
-        path: PathBuf,
-        /// wasmtime's reason.
-        message: String,
-    },
-    /// The component was built for another version of the contract.
-    #[error("{path}: {mismatch}")]
-    Version {
-        /// The plugin path.
-        path: PathBuf,
-        /// The versions.
-        mismatch: crate::contract::VersionMismatch,
-    },
-    /// The component imports something the runner does not give, or does not
-    /// export the plugin interface.
-    #[error("{path} does not fit the settle:plugin/device-plugin world: {message}")]
-    Interface {
-        /// The plugin path.
-        path: PathBuf,
-        /// wasmtime's reason.
-        message: String,
-    },
-}
-
-impl Plugin {
-    /// The tool list, if it has been read already.
-    pub fn cached_tools(&self) -> Option<&[Tool]> {
-        self.tools.get().map(|t| t.as_slice())
-    }
-
-    /// What it said about its server, if that has been read already.
-    pub fn cached_info(&self) -> Option<&PluginInfo> {
-        self.info.get().map(|c| c.as_ref())
-    }
-}
-
-/// What a plugin says about the MCP server it serves through the runner
-/// (its `server-info`), read once per loaded plugin.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PluginInfo {
-    /// What it serves beyond tools: MCP `ServerCapabilities` JSON.
-    pub capabilities: serde_json::Value,
-    /// The server instructions, passed to clients verbatim.
-    pub instructions: Option<String>,
-}
-
-/// A compiled, linked plugin, ready to instantiate.
-pub struct Plugin {
-    pre: DevicePluginPre<HostState>,
-    /// Where it was loaded from, for logs and errors.
-    pub source: PathBuf,
-    /// SHA-256 of the component's bytes (hex): a reload of the same bytes
-    /// is not a swap.
-    pub digest: String,
-    /// The tool list, read once: it must not change while the plugin does not.
-    tools: tokio::sync::OnceCell<Arc<Vec<Tool>>>,
-    /// What it serves beyond tools, and its instructions; read once it
-    /// accepted its configuration.
-    info: tokio::sync::OnceCell<Arc<PluginInfo>>,
-}
-
 /// The engine, linker and store shared by every plugin and call.
 pub struct Runtime {
     engine: Engine,
@@ -154,18 +81,6 @@ pub struct Runtime {
     /// Where compiled plugins are kept so start-up and swaps skip Cranelift;
     /// `None` compiles every time.
     cache_dir: Option<PathBuf>,
-}
-
-/// Writes a compiled component next to its final name, then renames it, so
-/// a concurrent reader never sees half a file.
-fn write_artifact(dir: &Path, artifact: &Path, component: &Component) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let bytes = component
-        .serialize()
-        .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-    let partial = artifact.with_extension(format!("partial-{}", std::process::id()));
-    std::fs::write(&partial, bytes)?;
-    std::fs::rename(&partial, artifact)
 }
 
 impl Drop for Runtime {
@@ -238,84 +153,17 @@ impl Runtime {
         &self.store
     }
 
-    /// Compiles and links a plugin. A file that is not a component, or a
-    /// component that does not fit the world, is refused with the reason.
+    /// Compiles and links a plugin. A file that is not a component, one
+    /// built for another version of the contract, or a component that does
+    /// not fit the world, is refused with the reason.
     pub fn load_plugin(&self, path: &Path) -> Result<Plugin, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let digest = {
-            use sha2::Digest;
-            format!("{:x}", sha2::Sha256::digest(&bytes))
-        };
-        let component = self.compile(path, &bytes, &digest)?;
-        let ty = component.component_type();
-        let names = ty
-            .imports(&self.engine)
-            .map(|(name, _)| name)
-            .chain(ty.exports(&self.engine).map(|(name, _)| name));
-        crate::contract::check(names).map_err(|mismatch| LoadError::Version {
-            path: path.to_path_buf(),
-            mismatch,
-        })?;
-        let interface = |e: wasmtime::Error| LoadError::Interface {
-            path: path.to_path_buf(),
-            message: format!("{e:#}"),
-        };
-        let pre = self.linker.instantiate_pre(&component).map_err(interface)?;
-        let pre = DevicePluginPre::new(pre).map_err(interface)?;
-        Ok(Plugin {
-            pre,
-            source: path.to_path_buf(),
-            digest,
-            tools: tokio::sync::OnceCell::new(),
-            info: tokio::sync::OnceCell::new(),
-        })
-    }
-
-    /// Compiles a component, or loads the artifact an earlier compile left
-    /// in the cache. The cache key covers the component's bytes, the
-    /// engine's compatibility hash (its settings and wasmtime's version) and
-    /// settle's version, so an artifact is never loaded into an engine it was
-    /// not made for; wasmtime checks the same again when it loads one.
-    fn compile(&self, path: &Path, bytes: &[u8], digest: &str) -> Result<Component, LoadError> {
-        let compile_error = |e: wasmtime::Error| LoadError::Compile {
-            path: path.to_path_buf(),
-            message: format!("{e:#}"),
-        };
-        let Some(dir) = &self.cache_dir else {
-            return Component::new(&self.engine, bytes).map_err(compile_error);
-        };
-        let artifact = dir.join(format!("{}.cwasm", self.artifact_key(digest)));
-        if artifact.is_file() {
-            // SAFETY: settle writes this directory with `Component::serialize`
-            // of an engine whose compatibility hash is part of the name.
-            match unsafe { Component::deserialize_file(&self.engine, &artifact) } {
-                Ok(component) => return Ok(component),
-                Err(e) => tracing::warn!(
-                    "ignoring cached artifact {}: {e:#}; compiling again",
-                    artifact.display()
-                ),
-            }
-        }
-        let component = Component::new(&self.engine, bytes).map_err(compile_error)?;
-        if let Err(e) = write_artifact(dir, &artifact, &component) {
-            tracing::warn!("cannot cache the compiled plugin in {}: {e}", dir.display());
-        }
-        Ok(component)
-    }
-
-    fn artifact_key(&self, digest: &str) -> String {
-        use std::hash::{Hash, Hasher};
-        let mut engine = std::collections::hash_map::DefaultHasher::new();
-        self.engine
-            .precompile_compatibility_hash()
-            .hash(&mut engine);
-        format!(
-            "{digest}-{:016x}-{}",
-            engine.finish(),
-            env!("CARGO_PKG_VERSION")
+        Plugin::load(
+            &Loader {
+                engine: &self.engine,
+                linker: &self.linker,
+                cache_dir: self.cache_dir.as_deref(),
+            },
+            path,
         )
     }
 

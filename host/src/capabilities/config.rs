@@ -3,7 +3,7 @@
 //! admitted.
 
 use crate::bindings::wasi::config::store as wit;
-use crate::tenant::TenantContext;
+use crate::context::TenantContext;
 use wasmtime::component::{HasData, Linker};
 
 /// The view the generated `Host` trait is implemented for.

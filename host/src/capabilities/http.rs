@@ -4,8 +4,8 @@
 //! A denied request is the WIT error `HTTP-request-denied`, never a trap, so
 //! the plugin can tell its caller what happened.
 
+use crate::context::TenantContext;
 use crate::policy::OutboundPolicy;
-use crate::tenant::TenantContext;
 use std::sync::Arc;
 use std::time::Duration;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};

@@ -5,6 +5,7 @@
 //! cannot name another namespace. Compare-and-swap is what keeps a task's
 //! terminal state from being overwritten by a racing writer.
 
+use crate::bindings::kv::{Bucket, Cas};
 use crate::bindings::wasi::keyvalue::{atomics, batch, store as wit};
 use crate::store::{Store, StoreError};
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
@@ -15,18 +16,6 @@ pub const BUCKET: &str = "default";
 /// The most keys one batch call may name: bounds what a plugin can make the
 /// runner read or hold in one go.
 pub const MAX_BATCH_KEYS: usize = 10_000;
-
-/// An open bucket: the namespace it reads and writes.
-pub struct Bucket {
-    namespace: String,
-}
-
-/// A compare-and-swap in progress: the value seen when it began.
-pub struct Cas {
-    namespace: String,
-    key: String,
-    seen: Option<Vec<u8>>,
-}
 
 /// Per-call key-value state.
 pub struct KvCtx {

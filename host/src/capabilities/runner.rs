@@ -3,10 +3,9 @@
 use crate::bindings::settle::plugin::runner as wit;
 use crate::bindings::settle::plugin::types::TaskView;
 use crate::capabilities::kv::KvCtx;
+use crate::context::TenantContext;
 use crate::events::Event;
-use crate::state::RequestNotifier;
 use crate::store::Wake;
-use crate::tenant::TenantContext;
 use wasmtime::component::{HasData, Linker};
 
 /// The most wakes one call may schedule: bounds the store work one plugin
@@ -15,6 +14,29 @@ pub const MAX_WAKES_PER_CALL: usize = 10_000;
 
 /// The longest log line kept from a plugin.
 pub const MAX_LOG_LINE: usize = 4096;
+
+/// Where a plugin's progress and log notifications go while it serves a
+/// client request. The MCP layer implements it; the runtime stays free of
+/// protocol types.
+pub trait RequestNotifier: Send + Sync {
+    /// A `notifications/progress` for the request, if it has a token.
+    fn progress(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> futures::future::BoxFuture<'static, ()>;
+
+    /// A `notifications/message`, if the client asked for this level.
+    fn log(
+        &self,
+        level: LogLevel,
+        logger: Option<String>,
+        data: serde_json::Value,
+    ) -> futures::future::BoxFuture<'static, ()>;
+}
+
+pub use wit::LogLevel;
 
 /// The view the generated `Host` trait is implemented for.
 pub struct RunnerView<'a> {

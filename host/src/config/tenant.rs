@@ -5,9 +5,9 @@
 //! its flag.
 
 use crate::cli::{self, Alias, AliasKind};
+use crate::context::Limits;
 use crate::policy::{AllowedOrigin, OutboundPolicy};
 use crate::secret::Secret;
-use crate::tenant::Limits;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 
 use crate::common::*;
 use settle::contract;
-use settle::runtime::LoadError;
+use settle::plugin::LoadError;
 
 /// A component shaped like a plugin of contract `version`: it imports the
 /// runner's interface and exports the plugin interface of that version.
