@@ -57,3 +57,20 @@ impl TenantContext {
         self.metrics.denied(&self.name);
     }
 }
+
+#[cfg(test)]
+impl TenantContext {
+    /// A tenant for unit tests: its name is its namespace, nothing is
+    /// configured, and `policy` says where it may send HTTP.
+    pub(crate) fn for_tests(name: &str, policy: OutboundPolicy) -> Arc<TenantContext> {
+        Arc::new(TenantContext {
+            name: name.into(),
+            namespace: name.into(),
+            plugin_config: BTreeMap::from([("greeting".to_string(), "hello".to_string())]),
+            policy,
+            limits: Limits::default(),
+            events: Arc::default(),
+            metrics: Arc::default(),
+        })
+    }
+}

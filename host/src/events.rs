@@ -402,6 +402,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_task_notice_crosses_replicas_with_its_status() {
+        let here = Arc::new(Hub::default());
+        let (outbox, mut sent) = mpsc::unbounded_channel();
+        here.relay_to(outbox);
+        let mut view = view("a", true);
+        view.status = TaskStatus::Cancelled;
+        here.publish_task("t", view);
+        let notice = sent.recv().await.unwrap();
+        let wire = serde_json::to_string(&notice).unwrap();
+        assert!(wire.contains(r#""status":"cancelled""#), "{wire}");
+
+        let there = Arc::new(Hub::default());
+        let mut follower = there.follow("t", Interest::task("a"));
+        there.deliver_remote(serde_json::from_str(&wire).unwrap());
+        let ended = follower
+            .task_ended_within(Duration::from_secs(5))
+            .await
+            .expect("the notice arrives");
+        assert_eq!(ended.status, TaskStatus::Cancelled);
+
+        // A status this replica does not know is dropped, not guessed.
+        let unknown = wire.replace("cancelled", "paused");
+        there.deliver_remote(serde_json::from_str(&unknown).unwrap());
+        assert!(follower.receiver.try_recv().is_err());
+    }
+
+    #[tokio::test]
     async fn each_change_reaches_each_follower_once() {
         let hub = Arc::new(Hub::default());
         let mut both = hub.follow(

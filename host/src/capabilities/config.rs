@@ -40,3 +40,23 @@ impl wit::Host for ConfigView<'_> {
             .collect()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::OutboundPolicy;
+    use wit::Host;
+
+    #[tokio::test]
+    async fn a_plugin_reads_its_tenants_settings_and_nothing_else() {
+        let tenant = TenantContext::for_tests("t", OutboundPolicy::new(vec![]));
+        let mut view = ConfigView { tenant: &tenant };
+        assert_eq!(
+            view.get("greeting".into()).await.unwrap().unwrap(),
+            Some("hello".to_string())
+        );
+        assert_eq!(view.get("other".into()).await.unwrap().unwrap(), None);
+        let all = view.get_all().await.unwrap().unwrap();
+        assert_eq!(all, [("greeting".to_string(), "hello".to_string())]);
+    }
+}

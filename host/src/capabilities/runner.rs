@@ -173,3 +173,84 @@ impl wit::Host for RunnerView<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bindings::settle::plugin::types::TaskStatus;
+    use crate::policy::OutboundPolicy;
+    use crate::store::Store;
+    use wit::Host;
+
+    fn wakes(n: usize) -> Vec<wit::Wake> {
+        (0..n)
+            .map(|i| wit::Wake {
+                task_id: format!("t{i}"),
+                group: "g".into(),
+                at_ms: 1_000 + i as u64,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn wakes_within_the_limit_are_stored_and_beyond_it_refused_whole() {
+        let store = Store::memory();
+        let kv = KvCtx {
+            store: store.clone(),
+            namespace: "t".into(),
+        };
+        let tenant = TenantContext::for_tests("t", OutboundPolicy::new(vec![]));
+        let mut view = RunnerView {
+            kv: &kv,
+            tenant: &tenant,
+            request: None,
+        };
+        let refused = view.schedule(wakes(MAX_WAKES_PER_CALL + 1)).await.unwrap();
+        assert!(
+            matches!(refused, Err(wit::ScheduleError::TooMany(n)) if n as usize == MAX_WAKES_PER_CALL),
+            "{refused:?}"
+        );
+        assert_eq!(store.next_due_ms().await.unwrap(), None, "nothing stored");
+        view.schedule(wakes(2)).await.unwrap().unwrap();
+        assert_eq!(store.next_due_ms().await.unwrap(), Some(1_000));
+        let ids: Vec<String> = vec!["x".into(); MAX_WAKES_PER_CALL + 1];
+        assert!(matches!(
+            view.unschedule(ids).await.unwrap(),
+            Err(wit::ScheduleError::TooMany(_))
+        ));
+        view.unschedule(vec!["t0".into(), "t1".into()])
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(store.next_due_ms().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_task_that_ends_is_counted_by_its_status() {
+        let kv = KvCtx {
+            store: Store::memory(),
+            namespace: "t".into(),
+        };
+        let tenant = TenantContext::for_tests("t", OutboundPolicy::new(vec![]));
+        let mut view = RunnerView {
+            kv: &kv,
+            tenant: &tenant,
+            request: None,
+        };
+        for status in TaskStatus::ALL {
+            let task = TaskView {
+                task_id: "a".into(),
+                status,
+                detailed: "{}".into(),
+                tool_result: "{}".into(),
+            };
+            view.task_changed(task).await.unwrap();
+        }
+        let metrics = tenant.metrics.render();
+        for ended in ["completed", "failed", "cancelled"] {
+            let line = format!(r#"settle_tasks_total{{tenant="t",status="{ended}"}} 1"#);
+            assert!(metrics.contains(&line), "{line} in {metrics}");
+        }
+        assert!(!metrics.contains(r#"status="working""#), "{metrics}");
+    }
+}
