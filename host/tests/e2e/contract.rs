@@ -5,52 +5,6 @@ use crate::common::*;
 use settle::contract;
 use settle::plugin::LoadError;
 
-/// A component shaped like a plugin of contract `version`: it imports the
-/// runner's interface and exports the plugin interface of that version.
-/// Nothing else: the check must refuse it before the linker looks.
-pub fn component_built_for(version: &str) -> Vec<u8> {
-    use wasm_encoder::{
-        Component, ComponentExportKind, ComponentExportSection, ComponentImportSection,
-        ComponentInstanceSection, ComponentTypeRef, ComponentTypeSection, ComponentValType,
-        InstanceType, PrimitiveValType,
-    };
-    let mut types = ComponentTypeSection::new();
-    let mut runner = InstanceType::new();
-    // `log: func(message: string)`, as type 0 of the instance type.
-    runner
-        .ty()
-        .function()
-        .params([(
-            "message",
-            ComponentValType::Primitive(PrimitiveValType::String),
-        )])
-        .result(None);
-    runner.export("log", ComponentTypeRef::Func(0));
-    types.instance(&runner);
-    let mut imports = ComponentImportSection::new();
-    imports.import(
-        format!("settle:plugin/runner@{version}").as_str(),
-        ComponentTypeRef::Instance(0),
-    );
-    // Instance 0 is the import; instance 1 is the (empty) export.
-    let mut instances = ComponentInstanceSection::new();
-    instances.export_items::<&str, [(&str, ComponentExportKind, u32); 0]>([]);
-    let mut exports = ComponentExportSection::new();
-    exports.export(
-        format!("settle:plugin/plugin@{version}").as_str(),
-        ComponentExportKind::Instance,
-        1,
-        None,
-    );
-    let mut component = Component::new();
-    component
-        .section(&types)
-        .section(&imports)
-        .section(&instances)
-        .section(&exports);
-    component.finish()
-}
-
 #[test]
 fn a_plugin_built_for_0_1_0_is_refused_at_load_with_both_versions_named() {
     let dir = tempfile::tempdir().unwrap();
