@@ -7,14 +7,14 @@
 //! - [`cli`]: the command line.
 //! - [`app`]: wiring a configuration into a running runner, and stopping it.
 //! - [`mcp`]: the MCP handler (rmcp) and the stdio and HTTP transports.
-//! - [`runtime`]: wasmtime: engine, linker, plugins, one store per call.
+//! - [`runtime`]: wasmtime: engine, linker, one store per call, its faults.
 //! - [`contract`]: which `settle:plugin` version a component was built for.
 //! - [`admit`]: the check a plugin passes before it serves a tenant.
 //! - [`bindings`]: the host's only `bindgen!`.
 //! - [`state`]: the per-call store data, and the memory limiter.
 //! - [`capabilities`]: what a plugin may use: key-value, config, runner, HTTP.
 //! - [`policy`]: the outbound allow-list (pure data).
-//! - [`store`]: durable state: plugin data and due times (memory, redb).
+//! - [`store`]: durable state: plugin data and due times (memory, redb, Redis).
 //! - [`scheduler`]: wakes due tasks and calls the plugin's `advance`.
 //! - [`events`]: change notices for callers waiting inline and listeners.
 //! - [`relay`]: carrying those notices between replicas (Redis pub/sub).
@@ -26,6 +26,9 @@
 //! - [`swap`]: replacing a tenant's plugin while it serves.
 //! - [`metrics`]: what operators see at `/metrics`.
 //! - [`drain`]: counting calls in flight for an orderly shutdown.
+//!
+//! No module depends on one that depends back on it; a unit test
+//! (`layering.rs`) checks that, and that only [`cli`] names a device setting.
 
 #![deny(missing_docs)]
 

@@ -8,7 +8,7 @@
 //!
 //! # Layout
 //! - [`tenant`]: one tenant's configuration and its check.
-//! - [`file`]: the tenants file (`--config settle.toml`).
+//! - [`file`](mod@file): the tenants file (`--config settle.toml`).
 //! - [`flags`]: the default tenant of a runner without a tenants file.
 
 pub mod file;
