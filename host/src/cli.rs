@@ -340,7 +340,7 @@ mod tests {
             "--device-api",
             "http://api:1",
             "--driver",
-            "homeassistant",
+            "some-driver",
         ])
         .unwrap()
         .command
@@ -356,7 +356,7 @@ mod tests {
             given,
             [
                 ("device_api", "http://api:1".to_string()),
-                ("driver", "homeassistant".to_string())
+                ("driver", "some-driver".to_string())
             ]
         );
         for a in &ALIASES {

@@ -27,8 +27,9 @@
 //! - [`metrics`]: what operators see at `/metrics`.
 //! - [`drain`]: counting calls in flight for an orderly shutdown.
 //!
-//! No module depends on one that depends back on it; a unit test
-//! (`layering.rs`) checks that, and that only [`cli`] names a device setting.
+//! No module depends on one that depends back on it; a test
+//! (`tests/e2e/layering.rs`) checks that, and that only [`cli`] names a
+//! device setting.
 
 #![deny(missing_docs)]
 
@@ -55,6 +56,3 @@ pub mod state;
 pub mod store;
 pub mod swap;
 pub mod tenant;
-
-#[cfg(test)]
-mod layering;

@@ -12,6 +12,7 @@ mod contract;
 mod fixtures;
 mod hello;
 mod homeassistant;
+mod layering;
 mod lifecycle;
 mod mcp_http;
 mod outbound;
