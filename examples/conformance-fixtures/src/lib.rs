@@ -18,7 +18,7 @@
 //! - [`task`]: the fixture jobs and the task state machine (pure).
 //! - [`store`]: task records in key-value storage; the `tasks/*` exports.
 //! - [`serve`]: routing of the other requests to [`resources`] and
-//!   [`prompts`] (pure).
+//!   [`prompts`] (pure); [`outcome`]: how those requests end.
 //! - [`content`]: the binary payloads.
 //!
 //! The runner's imports are reached only through `settle_plugin_sdk::host`.
@@ -26,6 +26,7 @@
 
 pub mod content;
 pub mod mrtr;
+pub mod outcome;
 pub mod prompts;
 pub mod questions;
 pub mod resources;
