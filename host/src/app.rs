@@ -80,7 +80,8 @@ impl Runner {
         let drain = Drain::default();
         let mut served = Vec::new();
         for tenant in tenants.iter() {
-            let source = tenant.plugin.load().source.clone();
+            // The same check a swap makes: the plugin must work, under the
+            // tenant's limits and with its configuration, before it serves.
             let plugin = tenant.plugin.load_full();
             let tools = crate::admit::admit(&runtime, tenant, &plugin)
                 .await
@@ -88,13 +89,13 @@ impl Runner {
                     anyhow::anyhow!(
                         "tenant {}: plugin {} {refusal}",
                         tenant.name(),
-                        source.display()
+                        plugin.source.display()
                     )
                 })?
                 .tools;
             tracing::info!(
                 tenant = %tenant.name(),
-                plugin = %source.display(),
+                plugin = %plugin.source.display(),
                 tools = tools.len(),
                 outbound = ?tenant.context.policy.origins().iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "plugin loaded"
