@@ -36,7 +36,7 @@ pub mod kv {
     }
 }
 
-use settle::plugin::types::TaskStatus;
+use self::settle::plugin::types::TaskStatus;
 
 impl TaskStatus {
     /// Every status, in the order the tasks extension lists them.
