@@ -23,6 +23,17 @@ use std::time::{Duration, Instant};
 /// Generous: CI machines are slow, and a deadline only bounds a failure.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
+/// Held for their whole run by the tests that keep the CPU busy on purpose
+/// (a spinning plugin, a stream of swaps that each compile a new plugin,
+/// compiling into a fresh cache) and by the tests whose premise is a time
+/// bound (tasks all created before any can end, a swap compiled before a
+/// task ends), so that none of them runs beside another: on two cores one
+/// of the first kind can take the time the second kind counts on.
+pub async fn cpu_heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    HEAVY.lock().await
+}
+
 /// How often [`eventually`] looks again.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -54,8 +65,34 @@ pub fn target_dir() -> PathBuf {
 
 /// Where tests cache compiled plugins: inside the repository, so CI keeps
 /// nothing outside it, and shared, so each plugin compiles once per run.
+///
+/// The first call fills it with every plugin the tests use, one after the
+/// other, while the other tests wait. Otherwise, on a clean checkout, the
+/// first runners of every test compile the same plugins at once (seconds of
+/// Cranelift each, on every core), and tests whose premise is a time bound
+/// (tasks created before any can end, a swap compiled before a task ends)
+/// lose it.
 pub fn cache_dir() -> PathBuf {
-    target_dir().join("settle-cache")
+    static FILLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    let dir = target_dir().join("settle-cache");
+    FILLED.get_or_init(|| {
+        let store = settle::store::Store::memory();
+        let runtime =
+            settle::runtime::Runtime::new(store, Some(dir.clone())).expect("a runtime to compile");
+        for plugin in [
+            "settle_devices.wasm",
+            "settle_hostile.wasm",
+            "settle_hello.wasm",
+            "settle_fixtures.wasm",
+        ] {
+            let path = target_dir().join("wasm32-wasip2/release").join(plugin);
+            // A missing plugin is named by the test that needs it.
+            if path.exists() {
+                let _ = runtime.load_plugin(&path);
+            }
+        }
+    });
+    dir
 }
 
 /// A plugin component the Makefile builds (`make {target}`), by file name.

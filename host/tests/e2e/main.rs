@@ -4,6 +4,9 @@
 //!
 //! One test binary with a module per area: every test binary links all of
 //! wasmtime and rmcp, so one binary instead of six saves minutes of CI.
+//! Some modules drive one part of the runner directly, without MCP
+//! (`scheduler`, `swap`, `contract`), and `layering` only reads the
+//! runner's source for its module dependencies.
 
 mod common;
 

@@ -351,6 +351,7 @@ async fn a_device_that_settles_elsewhere_asks_whether_to_accept() {
 
 #[tokio::test]
 async fn a_listener_following_100_tasks_receives_each_change_exactly_once() {
+    let _alone = cpu_heavy().await;
     let sim = device_sim::spawn(SimConfig {
         devices: DeviceSpec::numbered(100),
         // Long enough that no task can end before the listener is open,

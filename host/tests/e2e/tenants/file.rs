@@ -62,6 +62,7 @@ async fn a_bad_tenants_file_stops_the_start_with_file_and_line() {
 
 #[tokio::test]
 async fn compiled_plugins_are_cached_and_a_damaged_artifact_is_compiled_again() {
+    let _alone = cpu_heavy().await;
     let dir = tempfile::tempdir().unwrap();
     let runtime = settle::runtime::Runtime::new(
         settle::store::Store::open("memory").unwrap(),

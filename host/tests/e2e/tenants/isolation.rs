@@ -97,6 +97,7 @@ async fn a_forbidden_host_is_denied_and_works_once_allowed() {
 // that spins holds one of them for an epoch tick at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_plugin_is_contained_and_its_neighbour_keeps_being_served() {
+    let _alone = cpu_heavy().await;
     let sim = sim(Duration::from_millis(100)).await;
     let dir = Dir::new();
     let config = dir.write(

@@ -5,6 +5,7 @@ use super::*;
 
 #[tokio::test]
 async fn a_swap_under_continuous_load_fails_no_call() {
+    let _alone = cpu_heavy().await;
     let s = Swappable::start(100, false).await;
     let t = &s.tenants;
     let (original, plugin) = (&s.original, &s.plugin);
@@ -55,6 +56,7 @@ async fn a_swap_under_continuous_load_fails_no_call() {
 
 #[tokio::test]
 async fn a_task_started_before_a_swap_completes_after_it() {
+    let _alone = cpu_heavy().await;
     // Long enough that compiling the new version ends first.
     let s = Swappable::start(8_000, false).await;
     let t = &s.tenants;
