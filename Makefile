@@ -1,11 +1,15 @@
 # settle: build, run, test, bench.
 #
-# `make run` and `make test` work on a fresh machine with only a Rust
-# toolchain: they install what they need (the wasm32-wasip2 target; Node
-# packages for the conformance suite) into the toolchain or this repository.
+# `make run` and `make test` work on a fresh machine with a Rust toolchain:
+# they install what they need. Both add the wasm32-wasip2 target (rustup);
+# `make test` also installs redis-server (apt-get, with sudo when not root)
+# and, under .conformance/, Node 22 and the pinned MCP conformance suite and
+# Inspector (npm).
 
 CARGO ?= cargo
 PLUGIN := target/wasm32-wasip2/release/settle_devices.wasm
+# Every plugin of the workspace, as cargo package arguments.
+PLUGINS := -p settle-devices -p settle-fixtures -p settle-hostile -p settle-hello
 SIM_ADDR ?= 127.0.0.1:8081
 HTTP_ADDR ?= 127.0.0.1:8080
 RUN_DIR := .run
@@ -21,10 +25,11 @@ wasm-target:
 guest: wasm-target
 	$(CARGO) build -p settle-devices --target wasm32-wasip2 --release
 
-# The conformance suite's fixtures, and the hostile plugin the isolation
-# tests run: two more plugins.
+# The conformance suite's fixtures, the hostile plugin the isolation tests
+# run, and the hello plugin (a plugin author's starting point): three more
+# plugins.
 fixtures: wasm-target
-	$(CARGO) build -p settle-fixtures -p settle-hostile --target wasm32-wasip2 --release
+	$(CARGO) build -p settle-fixtures -p settle-hostile -p settle-hello --target wasm32-wasip2 --release
 
 host:
 	$(CARGO) build --release -p settle -p device-sim
@@ -42,9 +47,13 @@ run-cluster: build redis
 	@mkdir -p $(RUN_DIR)
 	@./scripts/run-cluster.sh "$(SIM_ADDR)" "$(RUN_DIR)"
 
-lint:
+# Clippy twice: natively for every crate (the plugins' pure modules and unit
+# tests included), and for wasm32-wasip2 on the plugins, where their exports
+# are compiled.
+lint: wasm-target
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy $(PLUGINS) --target wasm32-wasip2 -- -D warnings
 
 # Redis for the tests of the shared store (the tests start their own
 # servers; this only makes sure the binary is there).
@@ -64,9 +73,10 @@ test-e2e: guest fixtures redis
 	$(CARGO) test --workspace --test '*'
 
 # Unit and end-to-end tests in one cargo invocation, so every dependency is
-# built once.
+# built once. Redis is installed, so the store contract suite must run
+# against it too (it is skipped, and says so, only without redis-server).
 test-all: guest fixtures redis
-	$(CARGO) test --workspace
+	SETTLE_REQUIRE_REDIS=1 $(CARGO) test --workspace
 
 # The MCP conformance suite (2026-07-28, 2025-11-25, every tasks scenario)
 # against settle serving the fixture plugin, and the MCP Inspector CLI

@@ -46,7 +46,8 @@ use app::tasks::TaskError as AppTaskError;
 use app::{Caller, Client, Context, Failure, Output};
 use bindings::exports::settle::plugin::plugin::Guest;
 use bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
+    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
+    TaskView, Tool,
 };
 use platform::wasi::{WasiPlatform, task_view};
 use serde_json::{Value as Json, json};
@@ -57,15 +58,20 @@ use store::Store;
 struct Plugin;
 
 impl Guest for Plugin {
-    fn capabilities() -> String {
+    fn capabilities() -> Result<ServerInfo, String> {
+        /// The MCP server instructions the runner passes to clients.
+        const INSTRUCTIONS: &str = "Device commands are verified: each returns a task that \
+completes only when the device's own sensors show the new state, or fails with what the device \
+reported instead.";
         // Read once when the runner loads the plugin: a configuration this
         // plugin cannot work with (a bad device profile, an unknown driver)
         // is refused then, not on every call.
-        let loaded = WasiPlatform::open().and_then(|p| Context::load(&p).map(|_| ()));
-        if let Err(problem) = loaded {
-            return json!({ "configurationError": problem }).to_string();
-        }
-        resources::capabilities().to_string()
+        let platform = WasiPlatform::open()?;
+        Context::load(&platform)?;
+        Ok(ServerInfo {
+            capabilities: resources::capabilities().to_string(),
+            instructions: Some(INSTRUCTIONS.to_string()),
+        })
     }
 
     fn list_tools() -> Vec<Tool> {

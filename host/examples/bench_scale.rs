@@ -241,14 +241,13 @@ async fn main() -> anyhow::Result<()> {
         args.delay_ms * 3,
         args.delay_ms
     );
-    let key = format!("request_state_key={:064x}", rand::random::<u128>());
     let mut runners = Vec::new();
     for n in 0..replicas {
         let mut command = tokio::process::Command::new(&settle);
         command.args(["serve", "--http", "127.0.0.1:0", "--inline-wait-ms", "0"]);
         command.arg("--plugin").arg(&plugin);
         command.args(["--store", &store, "--device-api", &api]);
-        command.args(["--plugin-config", &format!("{settings},{key}")]);
+        command.args(["--plugin-config", &settings]);
         command.env("RUST_LOG", "warn,settle=info");
         runners.push(
             spawn(

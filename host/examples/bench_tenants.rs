@@ -11,12 +11,14 @@
 //!   neighbour idle.
 
 use serde_json::{Value, json};
-use settle::app::{Runner, RunnerConfig};
+use settle::app::Runner;
 use settle::cli::{Cli, Command};
+use settle::config::RunnerConfig;
+use settle::context::TenantContext;
 use settle::runtime::Runtime;
 use settle::store::Store;
 use settle::swap::{SwapOutcome, Swapper};
-use settle::tenant::{Tenant, TenantContext, Tenants};
+use settle::tenant::{Tenant, Tenants};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,11 @@
 //! The command line. Every flag also reads a `SETTLE_*` environment
 //! variable, so a client config can pass secrets without putting them in
 //! `ps` output.
+//!
+//! This is also the one place in the runner that names the device plugin's
+//! settings: [`ALIASES`] keeps `--device-api`, `--device-token`, `--driver`
+//! and `--device-profile` (and the same keys in a tenants file) working as
+//! names for plain plugin settings, which the plugin checks.
 
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -86,7 +91,8 @@ pub struct ServeArgs {
     #[arg(long, env = "SETTLE_PLUGIN", value_name = "PATH", default_value = DEFAULT_PLUGIN)]
     pub plugin: PathBuf,
 
-    /// Base URL of the device API the plugin talks to.
+    /// Base URL of the device API the plugin talks to (plugin setting
+    /// `device_api`). Its origin is the default --allow-outbound.
     #[arg(
         long,
         env = "SETTLE_DEVICE_API",
@@ -95,21 +101,24 @@ pub struct ServeArgs {
     )]
     pub device_api: String,
 
-    /// The kind of device API: `sim` (settle's simulator and APIs shaped
-    /// like it), `profile` (an API a --device-profile describes) or
-    /// `homeassistant` (climate entities through Home
-    /// Assistant's REST API; --device-api is its base URL and
-    /// --device-token a long-lived access token).
-    #[arg(long, env = "SETTLE_DRIVER", value_name = "DRIVER", default_value = "sim", value_parser = ["sim", "profile", "homeassistant"])]
-    pub driver: String,
+    /// The kind of device API (plugin setting `driver`); the device plugin
+    /// knows `sim` (its default: settle's simulator and APIs shaped like
+    /// it), `profile` (an API a --device-profile describes) and
+    /// `homeassistant` (climate entities through Home Assistant's REST API;
+    /// --device-api is its base URL and --device-token a long-lived access
+    /// token), and refuses any other when it loads.
+    #[arg(long, env = "SETTLE_DRIVER", value_name = "DRIVER")]
+    pub driver: Option<String>,
 
-    /// A device profile (JSON) describing an HTTP device API, for
-    /// `--driver profile` (which it implies); see profiles/.
+    /// A device profile (JSON) describing an HTTP device API (plugin setting
+    /// `device_profile`, the file's text); implies `--driver profile`. See
+    /// profiles/.
     #[arg(long, env = "SETTLE_DEVICE_PROFILE", value_name = "PATH")]
     pub device_profile: Option<PathBuf>,
 
-    /// Bearer token for the device API. Prefer the environment variable: a
-    /// flag is visible to other users in the process list.
+    /// Bearer token for the device API (plugin setting `device_token`).
+    /// Prefer the environment variable: a flag is visible to other users in
+    /// the process list.
     #[arg(
         long,
         env = "SETTLE_DEVICE_TOKEN",
@@ -130,7 +139,7 @@ pub struct ServeArgs {
     pub store: String,
 
     /// Origins the plugin may send HTTP requests to, as scheme://host[:port].
-    /// Default: the device API's origin alone. Repeat or comma-separate.
+    /// Default: the --device-api origin alone. Repeat or comma-separate.
     #[arg(
         long,
         env = "SETTLE_ALLOW_OUTBOUND",
@@ -211,6 +220,92 @@ pub struct ServeArgs {
     pub allowed_origin: Vec<String>,
 }
 
+/// A plugin setting the runner also takes under a name of its own: a flag
+/// (`--device-api`, the key with dashes) and a tenants-file key
+/// (`device_api`). These are the device plugin's settings, kept because
+/// operators used them before every setting could go through
+/// `plugin_config`. The runner gives an alias no meaning: its value becomes
+/// the plugin setting of the same name, which the plugin checks when it is
+/// admitted.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Alias {
+    /// The plugin setting, and the tenants-file key.
+    pub key: &'static str,
+    /// How its value is given.
+    pub kind: AliasKind,
+    /// A setting it implies, and its value: giving that setting another
+    /// value alongside is refused as a contradiction.
+    pub implies: Option<(&'static str, &'static str)>,
+}
+
+/// How an alias's value is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AliasKind {
+    /// The value itself.
+    Value,
+    /// A secret: a tenants file names where it is with `<key>_env` or
+    /// `<key>_file`, never the value.
+    Secret,
+    /// The path of a JSON document (in a tenants file, relative to the
+    /// file); the setting is the document's text.
+    JsonFile,
+}
+
+/// Every alias.
+pub const ALIASES: [Alias; 4] = [
+    Alias {
+        key: "device_api",
+        kind: AliasKind::Value,
+        implies: None,
+    },
+    Alias {
+        key: "device_token",
+        kind: AliasKind::Secret,
+        implies: None,
+    },
+    Alias {
+        key: "driver",
+        kind: AliasKind::Value,
+        implies: None,
+    },
+    Alias {
+        key: "device_profile",
+        kind: AliasKind::JsonFile,
+        implies: Some(("driver", "profile")),
+    },
+];
+
+/// The setting whose URL's origin is the outbound allow-list when none is
+/// given: by default a plugin reaches its device API and nothing else.
+pub const DEFAULT_OUTBOUND: &str = "device_api";
+
+/// The alias named `key`, if there is one.
+pub fn alias(key: &str) -> Option<&'static Alias> {
+    ALIASES.iter().find(|a| a.key == key)
+}
+
+impl ServeArgs {
+    /// The aliases the command line gives, with their values (a JSON
+    /// file's path as given).
+    pub fn aliases(&self) -> Vec<(&'static Alias, String)> {
+        let given = [
+            ("device_api", Some(self.device_api.clone())),
+            ("device_token", self.device_token.clone()),
+            ("driver", self.driver.clone()),
+            (
+                "device_profile",
+                self.device_profile
+                    .as_ref()
+                    .map(|p| p.to_string_lossy().into_owned()),
+            ),
+        ];
+        given
+            .into_iter()
+            .filter_map(|(key, value)| Some((alias(key)?, value?)))
+            .collect()
+    }
+}
+
 fn parse_setting(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.trim().is_empty() => {
@@ -235,6 +330,50 @@ mod tests {
         assert_eq!(parse_setting("a=1"), Ok(("a".into(), "1".into())));
         assert!(parse_setting("a").unwrap_err().contains("KEY=VALUE"));
         assert!(parse_setting("=1").is_err());
+    }
+
+    #[test]
+    fn device_flags_are_aliases_of_plugin_settings() {
+        let Command::Serve(args) = Cli::try_parse_from([
+            "settle",
+            "serve",
+            "--device-api",
+            "http://api:1",
+            "--driver",
+            "some-driver",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not serve")
+        };
+        let given: Vec<(&str, String)> = args
+            .aliases()
+            .into_iter()
+            .map(|(a, v)| (a.key, v))
+            .collect();
+        assert_eq!(
+            given,
+            [
+                ("device_api", "http://api:1".to_string()),
+                ("driver", "some-driver".to_string())
+            ]
+        );
+        for a in &ALIASES {
+            assert!(
+                args_have_flag(&a.key.replace('_', "-")),
+                "--{} is a flag",
+                a.key
+            );
+        }
+    }
+
+    fn args_have_flag(name: &str) -> bool {
+        Cli::command()
+            .find_subcommand("serve")
+            .unwrap()
+            .get_arguments()
+            .any(|a| a.get_long() == Some(name))
     }
 
     #[test]

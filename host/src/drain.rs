@@ -5,6 +5,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
 
+/// How long shutdown waits for calls in flight before it stops anyway.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+
 /// The count of calls in flight; clones share it.
 #[derive(Clone, Default)]
 pub struct Drain {

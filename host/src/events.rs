@@ -8,7 +8,7 @@
 //! up only the followers of that one task or resource, so its cost does not
 //! grow with the number of tasks or streams.
 
-use crate::bindings::settle::plugin::types::TaskView;
+use crate::bindings::settle::plugin::types::{TaskStatus, TaskView};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -100,8 +100,8 @@ pub enum NoticeEvent {
     Task {
         /// The task's id.
         task_id: String,
-        /// Whether it has ended.
-        terminal: bool,
+        /// Its status, as [`TaskStatus::as_str`] spells it.
+        status: String,
         /// Its detailed view.
         detailed: String,
         /// Its tool-result view.
@@ -180,7 +180,7 @@ impl Hub {
             tenant,
             NoticeEvent::Task {
                 task_id: view.task_id.clone(),
-                terminal: view.terminal,
+                status: view.status.as_str().to_string(),
                 detailed: view.detailed.clone(),
                 tool_result: view.tool_result.clone(),
             },
@@ -221,18 +221,21 @@ impl Hub {
         match notice.event {
             NoticeEvent::Task {
                 task_id,
-                terminal,
+                status,
                 detailed,
                 tool_result,
-            } => self.deliver_task(
-                tenant,
-                TaskView {
-                    task_id,
-                    terminal,
-                    detailed,
-                    tool_result,
-                },
-            ),
+            } => match TaskStatus::parse(&status) {
+                Some(status) => self.deliver_task(
+                    tenant,
+                    TaskView {
+                        task_id,
+                        status,
+                        detailed,
+                        tool_result,
+                    },
+                ),
+                None => tracing::warn!("relay: a task notice with unknown status {status:?}"),
+            },
             NoticeEvent::Resource { uri } => self.deliver_resource(tenant, &uri),
             NoticeEvent::ToolsList => self.deliver_list_changed(tenant, Event::ToolsListChanged),
             NoticeEvent::PromptsList => {
@@ -342,7 +345,7 @@ impl Following {
         let ended = async {
             while let Some(event) = self.next().await {
                 if let Event::Task(view) = event
-                    && view.terminal
+                    && view.status.is_terminal()
                 {
                     return Some(view);
                 }
@@ -366,7 +369,11 @@ mod tests {
     fn view(id: &str, terminal: bool) -> TaskView {
         TaskView {
             task_id: id.into(),
-            terminal,
+            status: if terminal {
+                TaskStatus::Completed
+            } else {
+                TaskStatus::Working
+            },
             detailed: "{}".into(),
             tool_result: "{}".into(),
         }
@@ -389,8 +396,36 @@ mod tests {
             f.task_ended_within(Duration::from_secs(5))
                 .await
                 .unwrap()
-                .terminal
+                .status
+                .is_terminal()
         );
+    }
+
+    #[tokio::test]
+    async fn a_task_notice_crosses_replicas_with_its_status() {
+        let here = Arc::new(Hub::default());
+        let (outbox, mut sent) = mpsc::unbounded_channel();
+        here.relay_to(outbox);
+        let mut view = view("a", true);
+        view.status = TaskStatus::Cancelled;
+        here.publish_task("t", view);
+        let notice = sent.recv().await.unwrap();
+        let wire = serde_json::to_string(&notice).unwrap();
+        assert!(wire.contains(r#""status":"cancelled""#), "{wire}");
+
+        let there = Arc::new(Hub::default());
+        let mut follower = there.follow("t", Interest::task("a"));
+        there.deliver_remote(serde_json::from_str(&wire).unwrap());
+        let ended = follower
+            .task_ended_within(Duration::from_secs(5))
+            .await
+            .expect("the notice arrives");
+        assert_eq!(ended.status, TaskStatus::Cancelled);
+
+        // A status this replica does not know is dropped, not guessed.
+        let unknown = wire.replace("cancelled", "paused");
+        there.deliver_remote(serde_json::from_str(&unknown).unwrap());
+        assert!(follower.receiver.try_recv().is_err());
     }
 
     #[tokio::test]

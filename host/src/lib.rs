@@ -1,41 +1,57 @@
-//! settle's runner: hosts device plugins as WASI components and serves them
-//! to AI agents over MCP.
+//! settle's runner: hosts plugins as WASI components and serves them to AI
+//! agents over MCP. It knows nothing of what a plugin does: the device
+//! plugin's settings are names on the command line ([`cli::ALIASES`]) and
+//! nothing more.
 //!
 //! # Layout
 //! - [`cli`]: the command line.
 //! - [`app`]: wiring a configuration into a running runner, and stopping it.
 //! - [`mcp`]: the MCP handler (rmcp) and the stdio and HTTP transports.
-//! - [`runtime`]: wasmtime: engine, linker, plugins, one store per call.
+//! - [`runtime`]: wasmtime: engine, linker, one store per call, its faults.
+//! - [`contract`]: which `settle:plugin` version a component was built for.
+//! - [`admit`]: the check a plugin passes before it serves a tenant.
 //! - [`bindings`]: the host's only `bindgen!`.
 //! - [`state`]: the per-call store data, and the memory limiter.
 //! - [`capabilities`]: what a plugin may use: key-value, config, runner, HTTP.
 //! - [`policy`]: the outbound allow-list (pure data).
-//! - [`store`]: durable state: plugin data and due times (memory, redb).
+//! - [`store`]: durable state: plugin data and due times (memory, redb, Redis).
 //! - [`scheduler`]: wakes due tasks and calls the plugin's `advance`.
 //! - [`events`]: change notices for callers waiting inline and listeners.
 //! - [`relay`]: carrying those notices between replicas (Redis pub/sub).
-//! - [`tenant`]: tenants, their settings and limits.
-//! - [`config`]: the tenants file (`--config settle.toml`).
+//! - [`tenant`]: tenants (their context and current plugin), by name and namespace.
+//! - [`context`]: what every plugin call of a tenant shares: settings, limits, allow-list.
+//! - [`plugin`]: a compiled, linked plugin, and the cache of compiled components.
+//! - [`config`]: flags and the tenants file, checked into a runner's configuration.
+//! - [`secret`]: tokens that never show in logs.
 //! - [`swap`]: replacing a tenant's plugin while it serves.
 //! - [`metrics`]: what operators see at `/metrics`.
 //! - [`drain`]: counting calls in flight for an orderly shutdown.
+//!
+//! No module depends on one that depends back on it; a test
+//! (`tests/e2e/layering.rs`) checks that, and that only [`cli`] names a
+//! device setting.
 
 #![deny(missing_docs)]
 
+pub mod admit;
 pub mod app;
 #[allow(missing_docs)]
 pub mod bindings;
 pub mod capabilities;
 pub mod cli;
 pub mod config;
+pub mod context;
+pub mod contract;
 pub mod drain;
 pub mod events;
 pub mod mcp;
 pub mod metrics;
+pub mod plugin;
 pub mod policy;
 pub mod relay;
 pub mod runtime;
 pub mod scheduler;
+pub mod secret;
 pub mod state;
 pub mod store;
 pub mod swap;

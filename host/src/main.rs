@@ -2,8 +2,9 @@
 
 use anyhow::Context;
 use clap::Parser;
-use settle::app::{Runner, RunnerConfig};
+use settle::app::Runner;
 use settle::cli::{Cli, Command, ReloadArgs, ServeArgs};
+use settle::config::RunnerConfig;
 
 fn init_logging() {
     // stdout belongs to MCP on stdio; logs always go to stderr.

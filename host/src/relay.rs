@@ -1,4 +1,5 @@
-//! Carrying change notices between replicas that share a Redis store.
+//! Carrying change notices between replicas that share a store, the way
+//! the store's backend says ([`crate::store::Relay`]): Redis pub/sub.
 //!
 //! A task may be created through one replica, advanced by the scheduler of
 //! another, and followed (a `tools/call` waiting inline, a listen stream)
@@ -10,6 +11,7 @@
 //! `tasks/get`).
 
 use crate::events::{Hub, Notice};
+use crate::store::Relay;
 use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,9 +28,15 @@ struct Envelope {
     notice: Notice,
 }
 
-/// Starts relaying `hub`'s notices through the Redis server at `url`.
-pub fn start(url: &str, hub: Arc<Hub>) -> anyhow::Result<()> {
-    let client = redis::Client::open(url)?;
+/// Starts relaying `hub`'s notices the way the shared store says.
+pub fn start(relay: Relay, hub: Arc<Hub>) {
+    match relay {
+        Relay::Redis(client) => start_redis(client, hub),
+    }
+}
+
+/// Relays through Redis pub/sub on the store's server.
+fn start_redis(client: redis::Client, hub: Arc<Hub>) {
     let origin = format!("{:032x}", rand::random::<u128>());
     let (outbox, mut notices) = mpsc::unbounded_channel::<Notice>();
     hub.relay_to(outbox);
@@ -78,7 +86,6 @@ pub fn start(url: &str, hub: Arc<Hub>) -> anyhow::Result<()> {
             tokio::time::sleep(RETRY).await;
         }
     });
-    Ok(())
 }
 
 async fn subscribe(client: &redis::Client, origin: &str, hub: &Hub) -> redis::RedisResult<()> {

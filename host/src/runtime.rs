@@ -4,19 +4,21 @@
 //!
 //! Nothing outside this module touches `wasmtime::Config`.
 
+use crate::bindings::DevicePlugin;
 use crate::bindings::settle::plugin::types::{
     CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
 };
-use crate::bindings::{DevicePlugin, DevicePluginPre};
 use crate::capabilities;
-use crate::state::{HostState, MemoryLimitExceeded, RequestNotifier, STDERR_CAPTURE_BYTES};
+use crate::capabilities::runner::RequestNotifier;
+use crate::plugin::{LoadError, Loader, Plugin, PluginInfo};
+use crate::state::{HostState, MemoryLimitExceeded, STDERR_CAPTURE_BYTES};
 use crate::store::Store as StateStore;
 use crate::tenant::Tenant;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
@@ -70,70 +72,6 @@ impl Fault {
     }
 }
 
-/// The problem a plugin reported with its configuration when asked for its
-/// capabilities (`{"configurationError": "..."}`), if it reported one.
-pub fn configuration_error(capabilities: &serde_json::Value) -> Option<&str> {
-    capabilities
-        .get("configurationError")
-        .and_then(serde_json::Value::as_str)
-}
-
-/// Why a plugin was refused at load time.
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    /// The file could not be read.
-    #[error("cannot read plugin {path}: {source}")]
-    Read {
-        /// The plugin path.
-        path: PathBuf,
-        /// Why reading failed.
-        source: std::io::Error,
-    },
-    /// The bytes are not a component wasmtime can compile.
-    #[error("{path} is not a valid WebAssembly component: {message}")]
-    Compile {
-        /// The plugin path.
-        path: PathBuf,
-        /// wasmtime's reason.
-        message: String,
-    },
-    /// The component imports something the runner does not give, or does not
-    /// export the plugin interface.
-    #[error("{path} does not fit the settle:plugin/device-plugin world: {message}")]
-    Interface {
-        /// The plugin path.
-        path: PathBuf,
-        /// wasmtime's reason.
-        message: String,
-    },
-}
-
-impl Plugin {
-    /// The tool list, if it has been read already.
-    pub fn cached_tools(&self) -> Option<&[Tool]> {
-        self.tools.get().map(|t| t.as_slice())
-    }
-
-    /// The capabilities, if they have been read already.
-    pub fn cached_capabilities(&self) -> Option<&serde_json::Value> {
-        self.capabilities.get().map(|c| c.as_ref())
-    }
-}
-
-/// A compiled, linked plugin, ready to instantiate.
-pub struct Plugin {
-    pre: DevicePluginPre<HostState>,
-    /// Where it was loaded from, for logs and errors.
-    pub source: PathBuf,
-    /// SHA-256 of the component's bytes (hex): a reload of the same bytes
-    /// is not a swap.
-    pub digest: String,
-    /// The tool list, read once: it must not change while the plugin does not.
-    tools: tokio::sync::OnceCell<Arc<Vec<Tool>>>,
-    /// What it serves beyond tools (`ServerCapabilities` JSON), read once.
-    capabilities: tokio::sync::OnceCell<Arc<serde_json::Value>>,
-}
-
 /// The engine, linker and store shared by every plugin and call.
 pub struct Runtime {
     engine: Engine,
@@ -143,18 +81,6 @@ pub struct Runtime {
     /// Where compiled plugins are kept so start-up and swaps skip Cranelift;
     /// `None` compiles every time.
     cache_dir: Option<PathBuf>,
-}
-
-/// Writes a compiled component next to its final name, then renames it, so
-/// a concurrent reader never sees half a file.
-fn write_artifact(dir: &Path, artifact: &Path, component: &Component) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let bytes = component
-        .serialize()
-        .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-    let partial = artifact.with_extension(format!("partial-{}", std::process::id()));
-    std::fs::write(&partial, bytes)?;
-    std::fs::rename(&partial, artifact)
 }
 
 impl Drop for Runtime {
@@ -227,75 +153,17 @@ impl Runtime {
         &self.store
     }
 
-    /// Compiles and links a plugin. A file that is not a component, or a
-    /// component that does not fit the world, is refused with the reason.
+    /// Compiles and links a plugin. A file that is not a component, one
+    /// built for another version of the contract, or a component that does
+    /// not fit the world, is refused with the reason.
     pub fn load_plugin(&self, path: &Path) -> Result<Plugin, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let digest = {
-            use sha2::Digest;
-            format!("{:x}", sha2::Sha256::digest(&bytes))
-        };
-        let component = self.compile(path, &bytes, &digest)?;
-        let interface = |e: wasmtime::Error| LoadError::Interface {
-            path: path.to_path_buf(),
-            message: format!("{e:#}"),
-        };
-        let pre = self.linker.instantiate_pre(&component).map_err(interface)?;
-        let pre = DevicePluginPre::new(pre).map_err(interface)?;
-        Ok(Plugin {
-            pre,
-            source: path.to_path_buf(),
-            digest,
-            tools: tokio::sync::OnceCell::new(),
-            capabilities: tokio::sync::OnceCell::new(),
-        })
-    }
-
-    /// Compiles a component, or loads the artifact an earlier compile left
-    /// in the cache. The cache key covers the component's bytes, the
-    /// engine's compatibility hash (its settings and wasmtime's version) and
-    /// settle's version, so an artifact is never loaded into an engine it was
-    /// not made for; wasmtime checks the same again when it loads one.
-    fn compile(&self, path: &Path, bytes: &[u8], digest: &str) -> Result<Component, LoadError> {
-        let compile_error = |e: wasmtime::Error| LoadError::Compile {
-            path: path.to_path_buf(),
-            message: format!("{e:#}"),
-        };
-        let Some(dir) = &self.cache_dir else {
-            return Component::new(&self.engine, bytes).map_err(compile_error);
-        };
-        let artifact = dir.join(format!("{}.cwasm", self.artifact_key(digest)));
-        if artifact.is_file() {
-            // SAFETY: settle writes this directory with `Component::serialize`
-            // of an engine whose compatibility hash is part of the name.
-            match unsafe { Component::deserialize_file(&self.engine, &artifact) } {
-                Ok(component) => return Ok(component),
-                Err(e) => tracing::warn!(
-                    "ignoring cached artifact {}: {e:#}; compiling again",
-                    artifact.display()
-                ),
-            }
-        }
-        let component = Component::new(&self.engine, bytes).map_err(compile_error)?;
-        if let Err(e) = write_artifact(dir, &artifact, &component) {
-            tracing::warn!("cannot cache the compiled plugin in {}: {e}", dir.display());
-        }
-        Ok(component)
-    }
-
-    fn artifact_key(&self, digest: &str) -> String {
-        use std::hash::{Hash, Hasher};
-        let mut engine = std::collections::hash_map::DefaultHasher::new();
-        self.engine
-            .precompile_compatibility_hash()
-            .hash(&mut engine);
-        format!(
-            "{digest}-{:016x}-{}",
-            engine.finish(),
-            env!("CARGO_PKG_VERSION")
+        Plugin::load(
+            &Loader {
+                engine: &self.engine,
+                linker: &self.linker,
+                cache_dir: self.cache_dir.as_deref(),
+            },
+            path,
         )
     }
 
@@ -391,36 +259,37 @@ impl Runtime {
             .cloned()
     }
 
-    /// What the plugin serves beyond tools, read once per loaded plugin. A
-    /// reply that is not JSON counts as `{}` and is logged.
-    pub async fn capabilities(&self, tenant: &Tenant) -> Result<Arc<serde_json::Value>, Fault> {
-        self.capabilities_of(tenant, tenant.plugin.load_full())
-            .await
-    }
-
-    /// What `plugin`, run as `tenant`, serves beyond tools; read once.
-    pub async fn capabilities_of(
+    /// What `plugin`, run as `tenant`, says about its server: `Ok` once it
+    /// accepted the tenant's configuration (then kept, and not asked
+    /// again), or the plugin's reason for refusing it. Capabilities that
+    /// are not JSON count as `{}` and are logged.
+    pub async fn info_of(
         &self,
         tenant: &Tenant,
         plugin: Arc<Plugin>,
-    ) -> Result<Arc<serde_json::Value>, Fault> {
-        plugin
-            .capabilities
-            .get_or_try_init(|| async {
-                let mut call = self.start_on(tenant, plugin.clone(), None).await?;
-                let exports = call.instance.settle_plugin_plugin();
-                let json = call
-                    .probe
-                    .guard("capabilities", exports.call_capabilities(&mut call.store))
-                    .await?;
-                let value = serde_json::from_str(&json).unwrap_or_else(|e| {
-                    tracing::error!(tenant = %tenant.name(), "plugin capabilities are not JSON: {e}");
-                    serde_json::json!({})
-                });
-                Ok(Arc::new(value))
-            })
-            .await
-            .cloned()
+    ) -> Result<Result<Arc<PluginInfo>, String>, Fault> {
+        if let Some(info) = plugin.info.get() {
+            return Ok(Ok(info.clone()));
+        }
+        let mut call = self.start_on(tenant, plugin.clone(), None).await?;
+        let exports = call.instance.settle_plugin_plugin();
+        let answer = call
+            .probe
+            .guard("capabilities", exports.call_capabilities(&mut call.store))
+            .await?;
+        let info = match answer {
+            Ok(info) => info,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let capabilities = serde_json::from_str(&info.capabilities).unwrap_or_else(|e| {
+            tracing::error!(tenant = %tenant.name(), "plugin capabilities are not JSON: {e}");
+            serde_json::json!({})
+        });
+        let info = Arc::new(PluginInfo {
+            capabilities,
+            instructions: info.instructions,
+        });
+        Ok(Ok(plugin.info.get_or_init(|| async { info }).await.clone()))
     }
 
     /// Runs `call-tool`; `notifier` receives its progress and log messages.

@@ -4,38 +4,15 @@
 use crate::capabilities::config::ConfigView;
 use crate::capabilities::http::PolicyHooks;
 use crate::capabilities::kv::{KvCtx, KvView};
-use crate::capabilities::runner::RunnerView;
+use crate::capabilities::runner::{RequestNotifier, RunnerView};
+use crate::context::TenantContext;
 use crate::store::Store;
-use crate::tenant::TenantContext;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
-
-/// Where a plugin's progress and log notifications go while it serves a
-/// client request. The MCP layer implements it; the runtime stays free of
-/// protocol types.
-pub trait RequestNotifier: Send + Sync {
-    /// A `notifications/progress` for the request, if it has a token.
-    fn progress(
-        &self,
-        progress: f64,
-        total: Option<f64>,
-        message: Option<String>,
-    ) -> futures::future::BoxFuture<'static, ()>;
-
-    /// A `notifications/message`, if the client asked for this level.
-    fn log(
-        &self,
-        level: LogLevel,
-        logger: Option<String>,
-        data: serde_json::Value,
-    ) -> futures::future::BoxFuture<'static, ()>;
-}
-
-pub use crate::bindings::settle::plugin::runner::LogLevel;
 
 /// How much of a plugin's stderr is kept (it writes there when it panics).
 pub const STDERR_CAPTURE_BYTES: usize = 64 * 1024;

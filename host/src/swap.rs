@@ -1,9 +1,9 @@
 //! Replacing a tenant's plugin while it serves.
 //!
-//! A swap loads the tenant's plugin file again, proves the new component
-//! works (it must instantiate under the tenant's limits and answer
-//! `list-tools` and `capabilities`), and only then makes it the plugin new
-//! calls start on. Calls in flight keep the plugin they started on, and
+//! A swap loads the tenant's plugin file again, admits the new component
+//! ([`crate::admit`]: it must instantiate under the tenant's limits, answer
+//! `list-tools` and `capabilities`, and accept the tenant's configuration),
+//! and only then makes it the plugin new calls start on. Calls in flight keep the plugin they started on, and
 //! tasks in the store carry on under the new one. A component that fails any
 //! of this is refused with the reason, and the old one keeps serving.
 //!
@@ -101,34 +101,12 @@ impl Swapper {
         if plugin.digest == current.digest {
             return SwapOutcome::Unchanged;
         }
-        let tools = match self.runtime.tools_of(tenant, plugin.clone()).await {
-            Ok(tools) => tools,
-            Err(fault) => {
-                return self.refused(
-                    tenant,
-                    format!("{}: list-tools failed: {fault}", plugin.source.display()),
-                );
+        let tools = match crate::admit::admit(&self.runtime, tenant, &plugin).await {
+            Ok(admitted) => admitted.tools,
+            Err(refusal) => {
+                return self.refused(tenant, format!("{}: {refusal}", plugin.source.display()));
             }
         };
-        match self.runtime.capabilities_of(tenant, plugin.clone()).await {
-            Err(fault) => {
-                return self.refused(
-                    tenant,
-                    format!("{}: capabilities failed: {fault}", plugin.source.display()),
-                );
-            }
-            Ok(capabilities) => {
-                if let Some(problem) = crate::runtime::configuration_error(&capabilities) {
-                    return self.refused(
-                        tenant,
-                        format!(
-                            "{}: refuses the tenant's configuration: {problem}",
-                            plugin.source.display()
-                        ),
-                    );
-                }
-            }
-        }
         let tools_changed = match current.cached_tools() {
             Some(old) => !same_tools(old, &tools),
             None => true,

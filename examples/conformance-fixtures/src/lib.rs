@@ -18,18 +18,15 @@
 //! - [`task`]: the fixture jobs and the task state machine (pure).
 //! - [`store`]: task records in key-value storage; the `tasks/*` exports.
 //! - [`serve`]: routing of the other requests to [`resources`] and
-//!   [`prompts`] (pure).
+//!   [`prompts`] (pure); [`outcome`]: how those requests end.
 //! - [`content`]: the binary payloads.
 //!
 //! The runner's imports are reached only through `settle_plugin_sdk::host`.
 //! This file only converts between WIT types and those modules.
 
-// Natively (for the unit tests of the pure modules) nothing is exported, so
-// everything only the exports reach looks unused there.
-#![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-
 pub mod content;
 pub mod mrtr;
+pub mod outcome;
 pub mod prompts;
 pub mod questions;
 pub mod resources;
@@ -38,20 +35,32 @@ mod store;
 pub mod task;
 pub mod tools;
 
+use settle_plugin_sdk::host::{CasUpdate, Kv};
 use settle_plugin_sdk::{bindings, host};
 
 use bindings::exports::settle::plugin::plugin::Guest;
 use bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
+    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
+    TaskView, Tool,
 };
 use serde_json::{Value as Json, json};
 use serve::{Refusal, Served};
 use tools::{Failure, Outcome};
 
-/// The configuration key of the runner's `requestState` sealing key.
+/// The configuration key of an operator's `requestState` sealing key; when
+/// it is not set, the plugin keeps its own in its key-value bucket.
 const REQUEST_STATE_KEY: &str = "request_state_key";
 
-struct Plugin;
+/// Where the plugin's own sealing key lives in its key-value bucket.
+const SEALING_KEY_ENTRY: &str = "seal/request-state-key";
+
+/// The MCP server instructions the runner passes to clients.
+const INSTRUCTIONS: &str = "Fixtures for the MCP conformance suite: each tool, resource and prompt \
+answers as the suite's scenario expects. Not a service to use.";
+
+/// The plugin. Public, so native builds (the unit tests, `cargo clippy
+/// --workspace`) see everything the exports reach as used.
+pub struct Plugin;
 
 /// Parses optional JSON the runner passed on; unparseable counts as absent,
 /// like `null` (the client then gets asked again).
@@ -59,10 +68,26 @@ fn parse_optional(json: Option<&str>) -> Option<Json> {
     json.and_then(|j| serde_json::from_str(j).ok())
 }
 
+/// The sealer of `requestState`: under the operator's key when one is
+/// configured, otherwise under a random key the plugin keeps in its bucket.
+/// The first call that finds none creates it with compare-and-swap, so
+/// every instance and every replica sharing the store seals with the same
+/// key (a retry may reach another replica), and the runner knows nothing
+/// of it.
 fn sealer() -> Result<mrtr::Sealer, String> {
-    let key = host::config(REQUEST_STATE_KEY)?
-        .ok_or_else(|| format!("plugin configuration: {REQUEST_STATE_KEY} is not set"))?;
-    Ok(mrtr::Sealer::new(key.as_bytes()))
+    if let Some(key) = host::config(REQUEST_STATE_KEY)? {
+        return Ok(mrtr::Sealer::new(key.as_bytes()));
+    }
+    let key = Kv::open()?.cas_update(SEALING_KEY_ENTRY, |current| {
+        Ok(match current {
+            Some(key) => CasUpdate::Keep(key.to_vec()),
+            None => {
+                let key = host::random_bytes(32);
+                CasUpdate::Write(key.clone(), key)
+            }
+        })
+    })?;
+    Ok(mrtr::Sealer::new(&key))
 }
 
 /// A capability JSON as the runner wants it in `missing-capability`.
@@ -71,13 +96,16 @@ fn missing(capabilities: Json) -> CallError {
 }
 
 impl Guest for Plugin {
-    fn capabilities() -> String {
-        json!({
+    fn capabilities() -> Result<ServerInfo, String> {
+        let capabilities = json!({
             "resources": {"subscribe": true},
             "prompts": {"listChanged": true},
             "completions": {},
+        });
+        Ok(ServerInfo {
+            capabilities: capabilities.to_string(),
+            instructions: Some(INSTRUCTIONS.to_string()),
         })
-        .to_string()
     }
 
     fn list_tools() -> Vec<Tool> {

@@ -4,8 +4,8 @@
 //! A plugin instance lives for one call, so whatever a tool learnt in round
 //! one must travel with the client to round two. The client must not be able
 //! to forge or edit it, so the state is signed with HMAC-SHA256 under the
-//! runner's `request_state_key`, and bound to the tool and round it was
-//! issued for. A fresh nonce in every state makes each round's state differ,
+//! plugin's sealing key (kept in its key-value bucket, or the operator's
+//! `request_state_key`), and bound to the tool and round it was issued for. A fresh nonce in every state makes each round's state differ,
 //! even when the data does not.
 //!
 //! The wire form is `base64url(payload) "." base64url(mac)`, the mac taken

@@ -5,8 +5,8 @@
 
 use crate::bindings::settle::plugin::types::ClientContext;
 use crate::content::PNG;
+use crate::outcome::{Refusal, Served, string_param};
 use crate::questions::{self, Elicited, field, read_elicited, reply, string_form};
-use crate::serve::{Refusal, Served, string_param};
 use serde_json::{Map, Value as Json, json};
 
 /// A prompt as `prompts/list` shows it.

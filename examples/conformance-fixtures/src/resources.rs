@@ -5,7 +5,7 @@
 //! nothing in the suite waits for its updates, so it never changes.
 
 use crate::content::PNG;
-use crate::serve::{Refusal, string_param};
+use crate::outcome::{Refusal, string_param};
 use serde_json::{Value as Json, json};
 
 /// The listed resources.

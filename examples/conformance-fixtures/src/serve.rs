@@ -2,27 +2,8 @@
 //! [`crate::resources`] and [`crate::prompts`].
 
 use crate::bindings::settle::plugin::types::ClientContext;
+pub use crate::outcome::{Refusal, Served};
 use serde_json::Value as Json;
-
-/// How a request ended.
-#[derive(Debug, PartialEq)]
-pub enum Served {
-    /// The method's result (without `resultType` or cache hints).
-    Complete(Json),
-    /// MRTR: an `InputRequiredResult` body.
-    InputRequired(Json),
-}
-
-/// Why a request was refused; each is a JSON-RPC error.
-#[derive(Debug, PartialEq)]
-pub enum Refusal {
-    /// No such resource (the runner adds the URI as `data.uri`).
-    NotFound(String),
-    InvalidParams(String),
-    /// The `ClientCapabilities` the request needs and lacked.
-    MissingCapability(Json),
-    MethodNotFound(String),
-}
 
 /// One request, with the MRTR answers of a retry.
 pub struct Request<'a> {
@@ -43,12 +24,4 @@ pub fn serve(request: &Request<'_>) -> Result<Served, Refusal> {
         "completion/complete" => crate::prompts::complete(params).map(Served::Complete),
         other => Err(Refusal::MethodNotFound(other.to_string())),
     }
-}
-
-/// A string parameter, or an invalid-params refusal naming it.
-pub fn string_param<'a>(params: &'a Json, name: &str) -> Result<&'a str, Refusal> {
-    params
-        .get(name)
-        .and_then(Json::as_str)
-        .ok_or_else(|| Refusal::InvalidParams(format!("params.{name} must be a string")))
 }

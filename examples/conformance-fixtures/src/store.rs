@@ -6,9 +6,9 @@
 //! (`task-changed`) and the task's next wake scheduled, in one place:
 //! [`commit`].
 
-use crate::bindings::settle::plugin::types::{TaskError, TaskView};
+use crate::bindings::settle::plugin::types::{TaskError, TaskStatus, TaskView};
 use crate::host::{self, CasUpdate, Kv};
-use crate::task::{RECORD_FORMAT, TaskRecord};
+use crate::task::{RECORD_FORMAT, Status, TaskRecord};
 use serde_json::{Map, Value as Json};
 
 /// The scheduler group of every fixture task: they share nothing, so one
@@ -23,7 +23,13 @@ fn key(id: &str) -> String {
 pub fn view(record: &TaskRecord) -> TaskView {
     TaskView {
         task_id: record.id.clone(),
-        terminal: record.is_terminal(),
+        status: match record.status {
+            Status::Working => TaskStatus::Working,
+            Status::InputRequired => TaskStatus::InputRequired,
+            Status::Completed => TaskStatus::Completed,
+            Status::Failed => TaskStatus::Failed,
+            Status::Cancelled => TaskStatus::Cancelled,
+        },
         detailed: record.to_detailed_json().to_string(),
         tool_result: record.to_tool_result().to_string(),
     }

@@ -1,4 +1,4 @@
-//! The device API under `/api/v1`, as specified in `device-api.md`: listing, control,
+//! The device API under `/api/v1`, as specified in `docs/device-api.md`: listing, control,
 //! sensors, and the bearer-token check in front of them.
 
 use axum::body::Bytes;

@@ -16,7 +16,7 @@ pub const MAX_DEVICES: usize = 1_000_000;
 
 /// A simulated air-conditioner cloud API with separate control and sensor endpoints.
 ///
-/// Serves `/api/v1` (see device-api.md) and the test side door `/_sim`, which never needs
+/// Serves `/api/v1` (see docs/device-api.md) and the test side door `/_sim`, which never needs
 /// the token. Prints `device-sim listening on http://ADDR` to stdout once bound; logs go to
 /// stderr (`RUST_LOG=device_sim=debug` shows every command).
 #[derive(Debug, Clone, Parser)]

@@ -2,7 +2,7 @@
 //! or start it in-process from a test with [`spawn`].
 //!
 //! A simulated air-conditioner cloud API with separate control and sensor endpoints
-//! (`/work/shared/device-api.md`). A `200` from the control endpoint says only that the API
+//! (`docs/device-api.md` in the repository). A `200` from the control endpoint says only that the API
 //! took the request; the sensors show the change `delay` later, or never, depending on the
 //! faults injected. That is the situation settle exists to handle, so this crate makes it
 //! reproducible: strict validation, lazily applied commands, per-device faults, and a `/_sim`

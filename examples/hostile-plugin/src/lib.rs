@@ -14,19 +14,20 @@
 //!
 //! Build with `cargo build -p settle-hostile --target wasm32-wasip2 --release`.
 
-#![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-
 use settle_plugin_sdk::bindings;
 use settle_plugin_sdk::bindings::wasi::keyvalue::store;
 use settle_plugin_sdk::host::{self, HttpRequest};
 
 use bindings::exports::settle::plugin::plugin::Guest;
 use bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
+    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
+    TaskView, Tool,
 };
 use serde_json::{Value as Json, json};
 
-struct Plugin;
+/// The plugin. Public, so native builds (`cargo clippy --workspace`) see
+/// it as used even though only the component exports it.
+pub struct Plugin;
 
 const TOOLS: [(&str, &str); 7] = [
     ("ping", "Answers at once."),
@@ -125,8 +126,11 @@ fn escape() -> CallOutcome {
 }
 
 impl Guest for Plugin {
-    fn capabilities() -> String {
-        "{}".into()
+    fn capabilities() -> Result<ServerInfo, String> {
+        Ok(ServerInfo {
+            capabilities: "{}".into(),
+            instructions: None,
+        })
     }
 
     fn list_tools() -> Vec<Tool> {

@@ -31,6 +31,11 @@ pub fn sleep_ms(ms: u64) {
     monotonic_clock::subscribe_duration(ms.saturating_mul(1_000_000)).block();
 }
 
+/// `len` random bytes from the runner (`wasi:random`), e.g. for a key.
+pub fn random_bytes(len: u64) -> Vec<u8> {
+    random::get_random_bytes(len)
+}
+
 /// 128 random bits as 32 lower-case hex digits: an opaque task id that is
 /// safe to treat as a bearer handle.
 pub fn random_id() -> String {
@@ -47,6 +52,7 @@ pub fn config(key: &str) -> Result<Option<String>, String> {
     })
 }
 
+/// Writes a line to the runner's log, which adds the tenant.
 pub fn log(level: Level, message: &str) {
     runner::log(level, message);
 }
@@ -59,10 +65,22 @@ pub fn schedule(task_id: &str, group: &str, at_ms: u64) -> Result<(), String> {
         group: group.to_string(),
         at_ms,
     }])
+    .map_err(|e| schedule_error(e, "wakes", 1))
 }
 
+/// Stops waking these tasks.
 pub fn unschedule(task_ids: &[String]) -> Result<(), String> {
-    runner::unschedule(task_ids)
+    runner::unschedule(task_ids).map_err(|e| schedule_error(e, "tasks", task_ids.len()))
+}
+
+/// The runner's refusal as a message, the way a plugin passes it on.
+fn schedule_error(error: runner::ScheduleError, what: &str, given: usize) -> String {
+    match error {
+        runner::ScheduleError::TooMany(limit) => {
+            format!("at most {limit} {what} per call, not {given}")
+        }
+        runner::ScheduleError::Store(message) => message,
+    }
 }
 
 pub use runner::{ListKind, LogLevel};

@@ -15,10 +15,11 @@ use super::Context;
 use super::Failure;
 use super::command::send_and_record;
 use super::readings::observed;
-use crate::device::{Standing, Waiter};
+use crate::device::Waiter;
 use crate::model::Field;
 use crate::platform::{Level, schedule_one};
 use crate::store::{device_of_wake, device_wake_id};
+use crate::task::Standing;
 use crate::task::{FailureReason, Sight, Stage, TaskRecord, backoff, next_grid_read};
 use std::collections::BTreeMap;
 

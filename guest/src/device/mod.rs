@@ -26,7 +26,7 @@ pub mod timing;
 
 use crate::driver::Reading;
 use crate::model::{Comparison, Field, Value};
-use crate::task::Timing;
+use crate::task::{Horizons, Standing, Timing};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use timing::{Estimate, Sample};
@@ -142,36 +142,6 @@ impl Waiter {
             .filter(|at| *at > now_ms)
             .min()
     }
-}
-
-/// Where one field of one task stands after a reading.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Standing {
-    /// The device shows the value sent, and no earlier command with another
-    /// value can still land after it.
-    Landed,
-    /// The device shows the value sent, but an earlier command with another
-    /// value may still land: not yet.
-    Blocked,
-    /// Not there yet: the device still shows what it showed before, or
-    /// (`earlier`) what an earlier command asked for, which landed since.
-    Waiting { earlier: bool },
-    /// A value no command explains: clamped, rounded or set at the wall.
-    Foreign,
-    /// The sensors do not report the field.
-    NotReported,
-}
-
-/// When a task's wait is over, from the device's timing.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Horizons {
-    /// After this the command should have landed: a value other than the
-    /// one sent is then the device's answer. `None` without history.
-    pub settled_at: Option<u64>,
-    /// After this an unchanged device has not applied the command.
-    pub patience_at: u64,
-    /// How long the device usually takes, when known.
-    pub typical_ms: Option<u64>,
 }
 
 /// A command's field: what was sent, and how a reading compares with it.

@@ -182,15 +182,6 @@ fn early_reads(estimate: Estimate, dense: u64, poll: u64) -> u64 {
     }
 }
 
-/// "usually acts in about 4 s", for status messages.
-pub fn describe_typical(typical_ms: u64) -> String {
-    if typical_ms < 10_000 {
-        format!("about {:.1} s", typical_ms as f64 / 1000.0)
-    } else {
-        format!("about {} s", (typical_ms + 500) / 1000)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,11 +316,5 @@ mod tests {
         assert_eq!(next_read_ms(e, 0, 2_600, 200, 1_000), 2_800);
         assert_eq!(next_read_ms(e, 0, 4_500, 200, 1_000), 5_500);
         assert_eq!(next_read_ms(e, 0, 60_000, 200, 1_000), 61_000);
-    }
-
-    #[test]
-    fn typical_times_read_well() {
-        assert_eq!(describe_typical(4_040), "about 4.0 s");
-        assert_eq!(describe_typical(19_600), "about 20 s");
     }
 }

@@ -1,9 +1,9 @@
 //! The platform of the component: the runner's imports, through the SDK.
 
 use super::{CasDecision, Kv, Level, Platform, Wake};
-use crate::bindings::settle::plugin::types::TaskView;
+use crate::bindings::settle::plugin::types::{TaskStatus, TaskView};
 use crate::host;
-use crate::task::{TaskRecord, tool_result};
+use crate::task::{Status, TaskRecord, tool_result};
 
 /// The runner's imports. Opening the bucket is the only work done up front.
 pub struct WasiPlatform {
@@ -93,7 +93,13 @@ impl Platform for WasiPlatform {
 pub fn task_view(record: &TaskRecord) -> TaskView {
     TaskView {
         task_id: record.id.clone(),
-        terminal: record.is_terminal(),
+        status: match record.status {
+            Status::Working => TaskStatus::Working,
+            Status::InputRequired => TaskStatus::InputRequired,
+            Status::Completed => TaskStatus::Completed,
+            Status::Failed => TaskStatus::Failed,
+            Status::Cancelled => TaskStatus::Cancelled,
+        },
         detailed: record.to_detailed_json().to_string(),
         tool_result: tool_result(&record.to_tool_json(), false).to_string(),
     }

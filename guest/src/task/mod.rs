@@ -33,7 +33,6 @@ mod view;
 pub use schedule::{MAX_BACKOFF_MS, align_up, backoff, next_grid_read};
 pub use view::{rfc3339, tool_result};
 
-use crate::device::{Horizons, Standing};
 use crate::driver::Reading;
 use crate::model::{Comparison, Field, Value};
 use crate::question::{Question, QuestionKind, Reply};
@@ -115,6 +114,37 @@ pub enum Stage {
         at_ms: u64,
         request_id: Option<String>,
     },
+}
+
+/// Where one field of a task stands after a reading, as its device's
+/// model ([`crate::device`]) sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// The device shows the value sent, and no earlier command with another
+    /// value can still land after it.
+    Landed,
+    /// The device shows the value sent, but an earlier command with another
+    /// value may still land: not yet.
+    Blocked,
+    /// Not there yet: the device still shows what it showed before, or
+    /// (`earlier`) what an earlier command asked for, which landed since.
+    Waiting { earlier: bool },
+    /// A value no command explains: clamped, rounded or set at the wall.
+    Foreign,
+    /// The sensors do not report the field.
+    NotReported,
+}
+
+/// When a task's wait is over, from the device's timing.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Horizons {
+    /// After this the command should have landed: a value other than the
+    /// one sent is then the device's answer. `None` without history.
+    pub settled_at: Option<u64>,
+    /// After this an unchanged device has not applied the command.
+    pub patience_at: u64,
+    /// How long the device usually takes, when known.
+    pub typical_ms: Option<u64>,
 }
 
 /// One field of a command and what the device showed for it.
@@ -721,7 +751,7 @@ impl TaskRecord {
             format!(
                 "; {} usually acts in {}",
                 self.device_id,
-                crate::device::timing::describe_typical(ms)
+                describe_typical(ms)
             )
         })
     }
@@ -859,6 +889,15 @@ impl TaskRecord {
             .map(FieldState::describe)
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+/// "about 4.0 s", for status messages.
+pub fn describe_typical(typical_ms: u64) -> String {
+    if typical_ms < 10_000 {
+        format!("about {:.1} s", typical_ms as f64 / 1000.0)
+    } else {
+        format!("about {} s", (typical_ms + 500) / 1000)
     }
 }
 

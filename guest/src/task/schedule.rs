@@ -2,8 +2,8 @@
 //! that never came, an ended record to remove), and the poll grid that
 //! device reads fall back to when the device has no history yet.
 
+use super::Horizons;
 use super::{KEEP_AFTER_END_MS, Stage, Status, TaskRecord};
-use crate::device::Horizons;
 
 impl TaskRecord {
     /// Whether the task waits on its device's reads: such tasks are woken

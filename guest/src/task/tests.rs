@@ -1,5 +1,4 @@
 use super::*;
-use crate::device::{Horizons, Standing};
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -727,4 +726,10 @@ fn an_answer_about_a_different_value_reads_the_device_again() {
         "the latest value: {}",
         still.status_message
     );
+}
+
+#[test]
+fn typical_times_read_well() {
+    assert_eq!(describe_typical(4_040), "about 4.0 s");
+    assert_eq!(describe_typical(19_600), "about 20 s");
 }

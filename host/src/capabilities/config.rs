@@ -1,8 +1,9 @@
-//! `wasi:config`: the tenant's settings for its plugin (device API URL,
-//! token, driver, timing and safety rules), read-only.
+//! `wasi:config`: the tenant's settings for its plugin, read-only. The
+//! runner gives them no meaning; the plugin checks them when it is
+//! admitted.
 
 use crate::bindings::wasi::config::store as wit;
-use crate::tenant::TenantContext;
+use crate::context::TenantContext;
 use wasmtime::component::{HasData, Linker};
 
 /// The view the generated `Host` trait is implemented for.
@@ -37,5 +38,25 @@ impl wit::Host for ConfigView<'_> {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::OutboundPolicy;
+    use wit::Host;
+
+    #[tokio::test]
+    async fn a_plugin_reads_its_tenants_settings_and_nothing_else() {
+        let tenant = TenantContext::for_tests("t", OutboundPolicy::new(vec![]));
+        let mut view = ConfigView { tenant: &tenant };
+        assert_eq!(
+            view.get("greeting".into()).await.unwrap().unwrap(),
+            Some("hello".to_string())
+        );
+        assert_eq!(view.get("other".into()).await.unwrap().unwrap(), None);
+        let all = view.get_all().await.unwrap().unwrap();
+        assert_eq!(all, [("greeting".to_string(), "hello".to_string())]);
     }
 }

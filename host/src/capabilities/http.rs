@@ -4,8 +4,8 @@
 //! A denied request is the WIT error `HTTP-request-denied`, never a trap, so
 //! the plugin can tell its caller what happened.
 
+use crate::context::TenantContext;
 use crate::policy::OutboundPolicy;
-use crate::tenant::TenantContext;
 use std::sync::Arc;
 use std::time::Duration;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
@@ -77,5 +77,91 @@ impl WasiHttpHooks for PolicyHooks {
                 Box::new(io) as Box<dyn Future<Output = Result<(), Error>> + Send>,
             ))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::AllowedOrigin;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Empty};
+
+    fn request(url: &str) -> http::Request<WasiBody> {
+        let body = Empty::<Bytes>::new()
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        http::Request::get(url).body(body).unwrap()
+    }
+
+    fn hooks(allowed: &str) -> PolicyHooks {
+        let policy = OutboundPolicy::new(vec![AllowedOrigin::parse(allowed).unwrap()]);
+        PolicyHooks {
+            tenant: TenantContext::for_tests("t", policy),
+        }
+    }
+
+    fn no_io() -> Box<dyn Future<Output = Result<(), Error>> + Send> {
+        Box::new(async { Ok(()) })
+    }
+
+    #[tokio::test]
+    async fn a_request_off_the_allow_list_is_denied_and_counted() {
+        let mut hooks = hooks("http://127.0.0.1:9");
+        for url in [
+            "http://127.0.0.1:10/x",  // another port
+            "https://127.0.0.1:9/x",  // another scheme
+            "http://localhost:9/x",   // another host name
+            "http://example.com:9/x", // another host
+        ] {
+            let sent = Box::into_pin(hooks.send_request(request(url), None, no_io())).await;
+            assert!(
+                matches!(sent, Err(Error::HttpRequestDenied)),
+                "{url} was not denied"
+            );
+        }
+        let metrics = hooks.tenant.metrics.render();
+        assert!(
+            metrics.contains(r#"settle_outbound_denied_total{tenant="t"} 4"#),
+            "{metrics}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_on_the_allow_list_goes_out() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        let app = axum::Router::new().route("/x", axum::routing::get(|| async { "ok" }));
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let mut hooks = hooks(&origin);
+        let sent =
+            Box::into_pin(hooks.send_request(request(&format!("{origin}/x")), None, no_io())).await;
+        let (response, io) = sent.unwrap_or_else(|e| panic!("denied or failed: {e}"));
+        let io = tokio::spawn(Box::into_pin(io));
+        assert_eq!(response.status(), 200);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"ok");
+        assert!(
+            !hooks
+                .tenant
+                .metrics
+                .render()
+                .contains("settle_outbound_denied_total{")
+        );
+        io.abort();
+        server.abort();
+    }
+
+    #[test]
+    fn every_wait_is_capped() {
+        assert_eq!(capped(None), Some(MAX_OUTBOUND_WAIT));
+        assert_eq!(
+            capped(Some(Duration::from_secs(1))),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(
+            capped(Some(Duration::from_secs(3600))),
+            Some(MAX_OUTBOUND_WAIT)
+        );
     }
 }

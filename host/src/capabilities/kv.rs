@@ -5,6 +5,7 @@
 //! cannot name another namespace. Compare-and-swap is what keeps a task's
 //! terminal state from being overwritten by a racing writer.
 
+use crate::bindings::kv::{Bucket, Cas};
 use crate::bindings::wasi::keyvalue::{atomics, batch, store as wit};
 use crate::store::{Store, StoreError};
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
@@ -15,18 +16,6 @@ pub const BUCKET: &str = "default";
 /// The most keys one batch call may name: bounds what a plugin can make the
 /// runner read or hold in one go.
 pub const MAX_BATCH_KEYS: usize = 10_000;
-
-/// An open bucket: the namespace it reads and writes.
-pub struct Bucket {
-    namespace: String,
-}
-
-/// A compare-and-swap in progress: the value seen when it began.
-pub struct Cas {
-    namespace: String,
-    key: String,
-    seen: Option<Vec<u8>>,
-}
 
 /// Per-call key-value state.
 pub struct KvCtx {
@@ -302,4 +291,172 @@ fn too_many(n: usize) -> wit::Error {
     wit::Error::Other(format!(
         "a batch may name at most {MAX_BATCH_KEYS} keys, not {n}"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wit::{Host as _, HostBucket as _};
+
+    fn ctx(store: &Store, namespace: &str) -> KvCtx {
+        KvCtx {
+            store: store.clone(),
+            namespace: namespace.into(),
+        }
+    }
+
+    /// A borrow of a bucket the view holds, as a plugin passes it.
+    fn borrow(bucket: &Resource<Bucket>) -> Resource<Bucket> {
+        Resource::new_borrow(bucket.rep())
+    }
+
+    async fn open(view: &mut KvView<'_>) -> Resource<Bucket> {
+        view.open(BUCKET.into()).await.unwrap().unwrap()
+    }
+
+    #[tokio::test]
+    async fn only_the_tenants_bucket_opens() {
+        let store = Store::memory();
+        let alice = ctx(&store, "alice");
+        let mut table = ResourceTable::new();
+        let mut view = KvView {
+            ctx: &alice,
+            table: &mut table,
+        };
+        for other in ["other", "bob", "../bob", ""] {
+            assert!(
+                matches!(
+                    view.open(other.into()).await.unwrap(),
+                    Err(wit::Error::NoSuchStore)
+                ),
+                "{other:?} opened"
+            );
+        }
+        let bucket = open(&mut view).await;
+        view.set(borrow(&bucket), "k".into(), b"v".to_vec())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            view.get(borrow(&bucket), "k".into())
+                .await
+                .unwrap()
+                .unwrap(),
+            Some(b"v".to_vec())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tenant_sees_only_its_namespace() {
+        let store = Store::memory();
+        let (alice, bob) = (ctx(&store, "alice"), ctx(&store, "bob"));
+        let (mut table_a, mut table_b) = (ResourceTable::new(), ResourceTable::new());
+        let mut a = KvView {
+            ctx: &alice,
+            table: &mut table_a,
+        };
+        let mut b = KvView {
+            ctx: &bob,
+            table: &mut table_b,
+        };
+        let (bucket_a, bucket_b) = (open(&mut a).await, open(&mut b).await);
+        a.set(borrow(&bucket_a), "task/1".into(), b"a".to_vec())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            b.get(borrow(&bucket_b), "task/1".into())
+                .await
+                .unwrap()
+                .unwrap(),
+            None
+        );
+        // A key that spells another namespace stays inside this one.
+        assert_eq!(
+            b.get(borrow(&bucket_b), "../alice/task/1".into())
+                .await
+                .unwrap()
+                .unwrap(),
+            None
+        );
+        let listed = b.list_keys(borrow(&bucket_b), None).await.unwrap().unwrap();
+        assert!(listed.keys.is_empty());
+        assert_eq!(
+            store.get("alice", "task/1").await.unwrap(),
+            Some(b"a".to_vec())
+        );
+    }
+
+    #[tokio::test]
+    async fn compare_and_swap_loses_to_a_write_in_between() {
+        let store = Store::memory();
+        let alice = ctx(&store, "alice");
+        let mut table = ResourceTable::new();
+        let mut view = KvView {
+            ctx: &alice,
+            table: &mut table,
+        };
+        let bucket = open(&mut view).await;
+        let cas = atomics::HostCas::new(&mut view, borrow(&bucket), "k".into())
+            .await
+            .unwrap()
+            .unwrap();
+        store.set("alice", "k", b"racer".to_vec()).await.unwrap();
+        let lost = atomics::Host::swap(&mut view, cas, b"mine".to_vec())
+            .await
+            .unwrap();
+        let Err(atomics::CasError::CasFailed(fresh)) = lost else {
+            panic!("the swap did not lose");
+        };
+        // The fresh handle holds the value that won, and a swap on it wins.
+        assert_eq!(
+            atomics::HostCas::current(&mut view, Resource::new_borrow(fresh.rep()))
+                .await
+                .unwrap()
+                .unwrap(),
+            Some(b"racer".to_vec())
+        );
+        atomics::Host::swap(&mut view, fresh, b"mine".to_vec())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            store.get("alice", "k").await.unwrap(),
+            Some(b"mine".to_vec())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_beyond_the_limit_is_refused_and_one_within_it_works() {
+        let store = Store::memory();
+        let alice = ctx(&store, "alice");
+        let mut table = ResourceTable::new();
+        let mut view = KvView {
+            ctx: &alice,
+            table: &mut table,
+        };
+        let bucket = open(&mut view).await;
+        let too_many: Vec<String> = (0..=MAX_BATCH_KEYS).map(|i| i.to_string()).collect();
+        let refused = batch::Host::get_many(&mut view, borrow(&bucket), too_many)
+            .await
+            .unwrap();
+        assert!(matches!(refused, Err(wit::Error::Other(m)) if m.contains("at most")));
+        batch::Host::set_many(
+            &mut view,
+            borrow(&bucket),
+            vec![("a".into(), b"1".to_vec()), ("b".into(), b"2".to_vec())],
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        let got = batch::Host::get_many(
+            &mut view,
+            borrow(&bucket),
+            vec!["a".into(), "missing".into()],
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(got, [Some(("a".to_string(), b"1".to_vec())), None]);
+    }
 }

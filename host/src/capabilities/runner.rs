@@ -3,10 +3,9 @@
 use crate::bindings::settle::plugin::runner as wit;
 use crate::bindings::settle::plugin::types::TaskView;
 use crate::capabilities::kv::KvCtx;
+use crate::context::TenantContext;
 use crate::events::Event;
-use crate::state::RequestNotifier;
 use crate::store::Wake;
-use crate::tenant::TenantContext;
 use wasmtime::component::{HasData, Linker};
 
 /// The most wakes one call may schedule: bounds the store work one plugin
@@ -15,6 +14,29 @@ pub const MAX_WAKES_PER_CALL: usize = 10_000;
 
 /// The longest log line kept from a plugin.
 pub const MAX_LOG_LINE: usize = 4096;
+
+/// Where a plugin's progress and log notifications go while it serves a
+/// client request. The MCP layer implements it; the runtime stays free of
+/// protocol types.
+pub trait RequestNotifier: Send + Sync {
+    /// A `notifications/progress` for the request, if it has a token.
+    fn progress(
+        &self,
+        progress: f64,
+        total: Option<f64>,
+        message: Option<String>,
+    ) -> futures::future::BoxFuture<'static, ()>;
+
+    /// A `notifications/message`, if the client asked for this level.
+    fn log(
+        &self,
+        level: LogLevel,
+        logger: Option<String>,
+        data: serde_json::Value,
+    ) -> futures::future::BoxFuture<'static, ()>;
+}
+
+pub use wit::LogLevel;
 
 /// The view the generated `Host` trait is implemented for.
 pub struct RunnerView<'a> {
@@ -40,13 +62,18 @@ pub fn add_to_linker<T: Send + 'static>(
     wit::add_to_linker::<T, HasRunner>(linker, view)
 }
 
+/// The refusal of a list longer than [`MAX_WAKES_PER_CALL`].
+fn too_many() -> wit::ScheduleError {
+    wit::ScheduleError::TooMany(MAX_WAKES_PER_CALL as u32)
+}
+
 impl wit::Host for RunnerView<'_> {
-    async fn schedule(&mut self, wakes: Vec<wit::Wake>) -> wasmtime::Result<Result<(), String>> {
+    async fn schedule(
+        &mut self,
+        wakes: Vec<wit::Wake>,
+    ) -> wasmtime::Result<Result<(), wit::ScheduleError>> {
         if wakes.len() > MAX_WAKES_PER_CALL {
-            return Ok(Err(format!(
-                "at most {MAX_WAKES_PER_CALL} wakes per call, not {}",
-                wakes.len()
-            )));
+            return Ok(Err(too_many()));
         }
         let wakes: Vec<Wake> = wakes
             .into_iter()
@@ -61,32 +88,29 @@ impl wit::Host for RunnerView<'_> {
             .store
             .schedule(&self.kv.namespace, &wakes)
             .await
-            .map_err(|e| e.to_string()))
+            .map_err(|e| wit::ScheduleError::Store(e.to_string())))
     }
 
-    async fn unschedule(&mut self, task_ids: Vec<String>) -> wasmtime::Result<Result<(), String>> {
+    async fn unschedule(
+        &mut self,
+        task_ids: Vec<String>,
+    ) -> wasmtime::Result<Result<(), wit::ScheduleError>> {
         if task_ids.len() > MAX_WAKES_PER_CALL {
-            return Ok(Err(format!(
-                "at most {MAX_WAKES_PER_CALL} tasks per call, not {}",
-                task_ids.len()
-            )));
+            return Ok(Err(too_many()));
         }
         Ok(self
             .kv
             .store
             .unschedule(&self.kv.namespace, &task_ids)
             .await
-            .map_err(|e| e.to_string()))
+            .map_err(|e| wit::ScheduleError::Store(e.to_string())))
     }
 
     async fn task_changed(&mut self, task: TaskView) -> wasmtime::Result<()> {
-        if task.terminal {
-            let status = serde_json::from_str::<serde_json::Value>(&task.detailed)
-                .ok()
-                .and_then(|d| d["status"].as_str().map(ended_status));
+        if task.status.is_terminal() {
             self.tenant
                 .metrics
-                .task(&self.tenant.name, status.unwrap_or("other"));
+                .task(&self.tenant.name, task.status.as_str());
         }
         self.tenant.events.publish_task(&self.tenant.name, task);
         Ok(())
@@ -150,13 +174,83 @@ impl wit::Host for RunnerView<'_> {
     }
 }
 
-/// A terminal status as a metrics label; anything else a plugin reports is
-/// `other`, so a plugin cannot invent label values.
-fn ended_status(status: &str) -> &'static str {
-    match status {
-        "completed" => "completed",
-        "failed" => "failed",
-        "cancelled" => "cancelled",
-        _ => "other",
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bindings::settle::plugin::types::TaskStatus;
+    use crate::policy::OutboundPolicy;
+    use crate::store::Store;
+    use wit::Host;
+
+    fn wakes(n: usize) -> Vec<wit::Wake> {
+        (0..n)
+            .map(|i| wit::Wake {
+                task_id: format!("t{i}"),
+                group: "g".into(),
+                at_ms: 1_000 + i as u64,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn wakes_within_the_limit_are_stored_and_beyond_it_refused_whole() {
+        let store = Store::memory();
+        let kv = KvCtx {
+            store: store.clone(),
+            namespace: "t".into(),
+        };
+        let tenant = TenantContext::for_tests("t", OutboundPolicy::new(vec![]));
+        let mut view = RunnerView {
+            kv: &kv,
+            tenant: &tenant,
+            request: None,
+        };
+        let refused = view.schedule(wakes(MAX_WAKES_PER_CALL + 1)).await.unwrap();
+        assert!(
+            matches!(refused, Err(wit::ScheduleError::TooMany(n)) if n as usize == MAX_WAKES_PER_CALL),
+            "{refused:?}"
+        );
+        assert_eq!(store.next_due_ms().await.unwrap(), None, "nothing stored");
+        view.schedule(wakes(2)).await.unwrap().unwrap();
+        assert_eq!(store.next_due_ms().await.unwrap(), Some(1_000));
+        let ids: Vec<String> = vec!["x".into(); MAX_WAKES_PER_CALL + 1];
+        assert!(matches!(
+            view.unschedule(ids).await.unwrap(),
+            Err(wit::ScheduleError::TooMany(_))
+        ));
+        view.unschedule(vec!["t0".into(), "t1".into()])
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(store.next_due_ms().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_task_that_ends_is_counted_by_its_status() {
+        let kv = KvCtx {
+            store: Store::memory(),
+            namespace: "t".into(),
+        };
+        let tenant = TenantContext::for_tests("t", OutboundPolicy::new(vec![]));
+        let mut view = RunnerView {
+            kv: &kv,
+            tenant: &tenant,
+            request: None,
+        };
+        for status in TaskStatus::ALL {
+            let task = TaskView {
+                task_id: "a".into(),
+                status,
+                detailed: "{}".into(),
+                tool_result: "{}".into(),
+            };
+            view.task_changed(task).await.unwrap();
+        }
+        let metrics = tenant.metrics.render();
+        for ended in ["completed", "failed", "cancelled"] {
+            let line = format!(r#"settle_tasks_total{{tenant="t",status="{ended}"}} 1"#);
+            assert!(metrics.contains(&line), "{line} in {metrics}");
+        }
+        assert!(!metrics.contains(r#"status="working""#), "{metrics}");
     }
 }

@@ -6,8 +6,8 @@
 //! the tenants. The admin endpoint needs `admin_token_env`'s token.
 
 use super::auth::{authorized, unauthorized};
-use crate::config::Secret;
 use crate::metrics::Metrics;
+use crate::secret::Secret;
 use crate::swap::{SwapOutcome, Swapper, TenantSwap};
 use axum::Router;
 use axum::extract::{Path, Request};

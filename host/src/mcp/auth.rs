@@ -5,7 +5,7 @@
 //! token is missing, wrong, another tenant's, or the tenant does not exist,
 //! so a caller cannot find out which tenants there are.
 
-use crate::config::Secret;
+use crate::secret::Secret;
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{StatusCode, header};

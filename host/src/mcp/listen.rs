@@ -10,14 +10,18 @@
 //! tagged with its subscription id, and the final result, as the spec
 //! describes.
 
-use crate::events::{Event, Interest};
-use crate::mcp::handler::Settle;
+use super::convert::{
+    detailed_from_plugin, prompts_list_changes, resources_list_changes, resources_subscribable,
+};
+use super::era;
+use crate::events::{Event, Hub, Interest};
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientCapabilities, CustomNotification, CustomResult, ErrorData, ServerNotification,
+    CustomNotification, CustomResult, ErrorData, ServerCapabilities, ServerNotification,
 };
 use rmcp::service::RequestContext;
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 
 /// The method clients send.
 pub const LISTEN: &str = "subscriptions/listen";
@@ -85,14 +89,17 @@ fn parse(params: Option<&Value>) -> Result<Requested, ErrorData> {
     })
 }
 
-/// Serves one listen request until the client closes it or the server
-/// stops.
+/// Serves one listen request of `tenant` until the client closes it or the
+/// server stops. `served` says which notifications the plugin's resources
+/// and prompts can give.
 pub async fn listen(
-    settle: &Settle,
+    hub: &Arc<Hub>,
+    tenant: &str,
+    served: &ServerCapabilities,
     params: Option<Value>,
     cx: RequestContext<RoleServer>,
 ) -> Result<CustomResult, ErrorData> {
-    if !super::handler::is_modern(&cx) {
+    if !era::is_modern(&cx) {
         return Err(ErrorData::new(
             rmcp::model::ErrorCode::METHOD_NOT_FOUND,
             "subscriptions/listen is a 2026-07-28 method; use resources/subscribe in this session",
@@ -100,21 +107,14 @@ pub async fn listen(
         ));
     }
     let requested = parse(params.as_ref())?;
-    if !requested.task_ids.is_empty() && !super::handler::declares_tasks(&cx) {
-        return Err(ErrorData::missing_required_client_capability(
-            ClientCapabilities::builder().enable_tasks().build(),
-        ));
+    if !requested.task_ids.is_empty() && !era::declares_tasks(&cx) {
+        return Err(era::missing_tasks());
     }
-    let served = settle.plugin_capabilities();
-    let resources = served.get("resources");
-    let can = |caps: Option<&Value>, key: &str| {
-        caps.and_then(|c| c.get(key)).and_then(Value::as_bool) == Some(true)
-    };
     let interest = Interest {
         tools_list: requested.tools_list,
-        prompts_list: requested.prompts_list && can(served.get("prompts"), "listChanged"),
-        resources_list: requested.resources_list && can(resources, "listChanged"),
-        resources: if can(resources, "subscribe") {
+        prompts_list: requested.prompts_list && prompts_list_changes(served),
+        resources_list: requested.resources_list && resources_list_changes(served),
+        resources: if resources_subscribable(served) {
             requested.resources.into_iter().collect()
         } else {
             Default::default()
@@ -143,7 +143,7 @@ pub async fn listen(
 
     // Follow before acknowledging, so nothing that happens after the
     // acknowledgement can be missed.
-    let mut following = settle.hub().follow(settle.tenant_name(), interest);
+    let mut following = hub.follow(tenant, interest);
     let send = |method: &str, mut params: Value| {
         params["_meta"] = tag.clone();
         let notification =
@@ -166,7 +166,7 @@ pub async fn listen(
         };
         let delivered = match event {
             None => break,
-            Some(Event::Task(view)) => match super::handler::detailed_from_plugin(&view.detailed) {
+            Some(Event::Task(view)) => match detailed_from_plugin(&view.detailed) {
                 Ok(task) => send("notifications/tasks", task).await,
                 Err(e) => {
                     tracing::error!("{}", e.message);

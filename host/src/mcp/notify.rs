@@ -10,7 +10,7 @@
 // serves, so rmcp's logging types are used on purpose.
 #![allow(deprecated)]
 
-use crate::state::{LogLevel, RequestNotifier};
+use crate::capabilities::runner::{LogLevel, RequestNotifier};
 use futures::future::BoxFuture;
 use rmcp::RoleServer;
 use rmcp::model::{

@@ -102,7 +102,7 @@ where
     }
     // Let calls in flight finish, then close rmcp's input: it writes the
     // answers it holds and stops.
-    let left = drain.wait_idle(crate::app::DRAIN_LIMIT).await;
+    let left = drain.wait_idle(crate::drain::DRAIN_LIMIT).await;
     if left > 0 {
         tracing::warn!("{left} calls still running; closing stdio anyway");
     }

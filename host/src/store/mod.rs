@@ -56,6 +56,12 @@ pub struct Due {
 /// The most keys one `list-keys` page returns; bounds a plugin's single call.
 pub const LIST_PAGE: usize = 1000;
 
+/// How replicas that share a store carry change notices to one another.
+pub enum Relay {
+    /// Pub/sub on the Redis server that holds the store.
+    Redis(redis::Client),
+}
+
 /// Where state lives. Cheap to clone; clones share the backend.
 #[derive(Clone)]
 pub struct Store(Backend);
@@ -116,10 +122,14 @@ impl Store {
         }
     }
 
-    /// Whether several runners can share this store (so leases and cross-
-    /// replica notices matter).
-    pub fn is_shared(&self) -> bool {
-        matches!(self.0, Redis(_))
+    /// How change notices reach the other replicas sharing this store;
+    /// `None` when the store is not shared. Each backend that can be shared
+    /// says how for itself, so a new one cannot be taken for another.
+    pub fn relay(&self) -> Option<Relay> {
+        match &self.0 {
+            Memory(_) | Redb(_) => None,
+            Redis(r) => Some(Relay::Redis(r.client())),
+        }
     }
 
     /// The value of `key` in namespace `ns`.

@@ -57,9 +57,11 @@ end
 return out
 "#;
 
-/// Adds `delta` to a decimal counter; Redis's own INCRBY, which also refuses
-/// a value that is not an integer.
+/// A store on a Redis server that several replicas share. Counters are
+/// Redis's own INCRBY, which refuses a value that is not an integer.
 pub struct RedisStore {
+    /// Where the server is: the relay opens its own connections with it.
+    client: redis::Client,
     connection: ConnectionManager,
     cas: Script,
     claim: Script,
@@ -86,11 +88,17 @@ impl RedisStore {
             .get_connection_manager_lazy(config)
             .map_err(|e| unavailable(url, e))?;
         Ok(RedisStore {
+            client,
             connection,
             cas: Script::new(CAS),
             claim: Script::new(CLAIM),
             url: redacted(url),
         })
+    }
+
+    /// The server, for the relay of change notices between replicas.
+    pub fn client(&self) -> redis::Client {
+        self.client.clone()
     }
 
     fn conn(&self) -> ConnectionManager {
@@ -199,11 +207,18 @@ impl RedisStore {
     }
 
     pub async fn increment(&self, key: &str, delta: i64) -> StoreResult<i64> {
-        let value: i64 = self
-            .conn()
-            .incr(value_key(key), delta)
-            .await
-            .map_err(|e| self.fail(e))?;
+        let value: i64 =
+            self.conn()
+                .incr(value_key(key), delta)
+                .await
+                .map_err(|e| match e.kind() {
+                    // "value is not an integer or out of range": the data, not
+                    // the server, is wrong, as in the other backends.
+                    redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => {
+                        StoreError::Corrupt(format!("redis at {}: {key}: {e}", self.url))
+                    }
+                    _ => self.fail(e),
+                })?;
         let _: () = self
             .conn()
             .zadd(index_key(key), key, 0)

@@ -1,16 +1,85 @@
-//! The same contract, checked against every backend.
+//! The same contract, checked against every backend: memory, redb, and
+//! Redis when `redis-server` is installed (`make test` installs it and sets
+//! `SETTLE_REQUIRE_REDIS`, so there it is never skipped). Redis's
+//! compare-and-swap and claim are Lua scripts; this is where they are
+//! checked apart from the end-to-end tests.
 
 use super::*;
 
-async fn backends() -> Vec<(&'static str, Store, Option<tempfile::TempDir>)> {
+/// What keeps a backend alive for one test (a directory, a server), until
+/// it is dropped.
+type Keep = Box<dyn std::any::Any>;
+
+/// A redis-server of one test, on a free loopback port, without
+/// persistence; killed when dropped.
+struct RedisServer {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl RedisServer {
+    /// Starts one, or `None` when redis-server is not installed.
+    fn start() -> Option<RedisServer> {
+        use std::io::{BufRead, BufReader};
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let mut child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut lines = BufReader::new(child.stdout.take()?).lines();
+        // It says so once it accepts connections; a closed pipe means it
+        // exited (the loop ends then, and the connection fails loudly).
+        for line in lines.by_ref() {
+            if line.ok()?.contains("Ready to accept connections") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
+        Some(RedisServer { child, port })
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn backends() -> Vec<(&'static str, Store, Keep)> {
     let dir = tempfile::tempdir().unwrap();
     let file = Store::open_file(&dir.path().join("s.redb")).unwrap();
-    vec![("memory", Store::memory(), None), ("redb", file, Some(dir))]
+    let mut all = vec![
+        ("memory", Store::memory(), Box::new(()) as Keep),
+        ("redb", file, Box::new(dir)),
+    ];
+    match RedisServer::start() {
+        Some(server) => {
+            let store = Store::open_redis(&format!("redis://127.0.0.1:{}/0", server.port))
+                .expect("redis store");
+            all.push(("redis", store, Box::new(server)));
+        }
+        None if std::env::var_os("SETTLE_REQUIRE_REDIS").is_some() => {
+            panic!("redis-server is not installed, and SETTLE_REQUIRE_REDIS is set")
+        }
+        None => eprintln!(
+            "store contract: redis-server is not installed, so the Redis backend is skipped \
+             (`make redis` installs it)"
+        ),
+    }
+    all
 }
 
 #[tokio::test]
 async fn compare_and_swap_writes_only_over_the_expected_value() {
-    for (name, store, _dir) in backends().await {
+    for (name, store, _keep) in backends().await {
         assert!(
             store
                 .compare_and_swap("t", "k", None, b"1".to_vec())
@@ -47,7 +116,7 @@ async fn compare_and_swap_writes_only_over_the_expected_value() {
 
 #[tokio::test]
 async fn namespaces_do_not_see_each_other() {
-    for (name, store, _dir) in backends().await {
+    for (name, store, _keep) in backends().await {
         store.set("alice", "task/1", b"a".to_vec()).await.unwrap();
         assert_eq!(store.get("bob", "task/1").await.unwrap(), None, "{name}");
         let (keys, _) = store.list_keys("bob", None).await.unwrap();
@@ -60,7 +129,7 @@ async fn namespaces_do_not_see_each_other() {
 
 #[tokio::test]
 async fn list_keys_pages_with_a_cursor() {
-    for (name, store, _dir) in backends().await {
+    for (name, store, _keep) in backends().await {
         for i in 0..(LIST_PAGE + 5) {
             store.set("t", &format!("k{i:05}"), vec![]).await.unwrap();
         }
@@ -76,7 +145,7 @@ async fn list_keys_pages_with_a_cursor() {
 
 #[tokio::test]
 async fn increment_counts_and_rejects_non_numbers() {
-    for (name, store, _dir) in backends().await {
+    for (name, store, _keep) in backends().await {
         assert_eq!(store.increment("t", "c", 5).await.unwrap(), 5, "{name}");
         assert_eq!(store.increment("t", "c", -2).await.unwrap(), 3, "{name}");
         store.set("t", "x", b"abc".to_vec()).await.unwrap();
@@ -97,7 +166,7 @@ fn wake(id: &str, group: &str, at_ms: u64) -> Wake {
 
 #[tokio::test]
 async fn due_tasks_are_claimed_in_time_order_and_leased() {
-    for (name, store, _dir) in backends().await {
+    for (name, store, _keep) in backends().await {
         store
             .schedule(
                 "t",
@@ -137,7 +206,7 @@ async fn due_tasks_are_claimed_in_time_order_and_leased() {
 
 #[tokio::test]
 async fn claim_respects_its_limit() {
-    for (name, store, _dir) in backends().await {
+    for (name, store, _keep) in backends().await {
         let wakes: Vec<Wake> = (0..10).map(|i| wake(&format!("t{i}"), "g", i)).collect();
         store.schedule("n", &wakes).await.unwrap();
         assert_eq!(

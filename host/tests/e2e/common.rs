@@ -14,13 +14,47 @@ use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use serde_json::{Value, json};
-use settle::app::{Runner, RunnerConfig};
+use settle::app::Runner;
 use settle::cli::{Cli, Command};
+use settle::config::RunnerConfig;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Generous: CI machines are slow, and a deadline only bounds a failure.
 pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Held for their whole run by the tests that keep the CPU busy on purpose
+/// (a spinning plugin, a stream of swaps that each compile a new plugin,
+/// compiling into a fresh cache) and by the tests whose premise is a time
+/// bound (tasks all created before any can end, a swap compiled before a
+/// task ends), so that none of them runs beside another: on two cores one
+/// of the first kind can take the time the second kind counts on.
+pub async fn cpu_heavy() -> tokio::sync::MutexGuard<'static, ()> {
+    static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    HEAVY.lock().await
+}
+
+/// How often [`eventually`] looks again.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Waits until `check` gives `Ok`, looking again every [`POLL`]; after
+/// [`DEADLINE`] fails the test, naming `what` and the last thing `check`
+/// said. The one way these tests wait for a condition. (`check` may panic
+/// itself, for a state that must never be seen on the way.)
+pub async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + DEADLINE;
+    let mut polls = tokio::time::interval(POLL);
+    loop {
+        polls.tick().await;
+        match check().await {
+            Ok(value) => return value,
+            Err(last) => assert!(
+                Instant::now() < deadline,
+                "{what}: not within {DEADLINE:?}; last: {last}"
+            ),
+        }
+    }
+}
 
 /// The workspace's target directory.
 pub fn target_dir() -> PathBuf {
@@ -31,30 +65,65 @@ pub fn target_dir() -> PathBuf {
 
 /// Where tests cache compiled plugins: inside the repository, so CI keeps
 /// nothing outside it, and shared, so each plugin compiles once per run.
+///
+/// The first call fills it with every plugin the tests use, one after the
+/// other, while the other tests wait. Otherwise, on a clean checkout, the
+/// first runners of every test compile the same plugins at once (seconds of
+/// Cranelift each, on every core), and tests whose premise is a time bound
+/// (tasks created before any can end, a swap compiled before a task ends)
+/// lose it.
 pub fn cache_dir() -> PathBuf {
-    target_dir().join("settle-cache")
+    static FILLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    let dir = target_dir().join("settle-cache");
+    FILLED.get_or_init(|| {
+        let store = settle::store::Store::memory();
+        let runtime =
+            settle::runtime::Runtime::new(store, Some(dir.clone())).expect("a runtime to compile");
+        for plugin in [
+            "settle_devices.wasm",
+            "settle_hostile.wasm",
+            "settle_hello.wasm",
+            "settle_fixtures.wasm",
+        ] {
+            let path = target_dir().join("wasm32-wasip2/release").join(plugin);
+            // A missing plugin is named by the test that needs it.
+            if path.exists() {
+                let _ = runtime.load_plugin(&path);
+            }
+        }
+    });
+    dir
+}
+
+/// A plugin component the Makefile builds (`make {target}`), by file name.
+fn built_plugin(file: &str, target: &str) -> PathBuf {
+    let path = target_dir().join("wasm32-wasip2/release").join(file);
+    assert!(
+        path.exists(),
+        "{} is missing: run `make {target}` (or `make test`, which builds it) first",
+        path.display()
+    );
+    path
 }
 
 /// The device plugin `make guest` builds.
 pub fn plugin_path() -> PathBuf {
-    let path = target_dir().join("wasm32-wasip2/release/settle_devices.wasm");
-    assert!(
-        path.exists(),
-        "{} is missing: run `make guest` (or `make test`, which builds it) first",
-        path.display()
-    );
-    path
+    built_plugin("settle_devices.wasm", "guest")
 }
 
 /// The hostile plugin (`examples/hostile-plugin`) `make fixtures` builds.
 pub fn hostile_plugin_path() -> PathBuf {
-    let path = target_dir().join("wasm32-wasip2/release/settle_hostile.wasm");
-    assert!(
-        path.exists(),
-        "{} is missing: run `make fixtures` (or `make test`, which builds it) first",
-        path.display()
-    );
-    path
+    built_plugin("settle_hostile.wasm", "fixtures")
+}
+
+/// The hello plugin (`examples/hello-plugin`) `make fixtures` builds.
+pub fn hello_plugin_path() -> PathBuf {
+    built_plugin("settle_hello.wasm", "fixtures")
+}
+
+/// The conformance fixture plugin (`examples/conformance-fixtures`).
+pub fn fixtures_plugin_path() -> PathBuf {
+    built_plugin("settle_fixtures.wasm", "fixtures")
 }
 
 /// The simulator with the given actuation delay.
@@ -92,9 +161,14 @@ impl Server {
     }
 }
 
-/// `settle serve` arguments, checked as the binary would.
+/// `settle serve` arguments for the device plugin, checked as the binary
+/// would.
 pub fn config(extra: &[&str]) -> RunnerConfig {
-    let plugin = plugin_path();
+    config_for(&plugin_path(), extra)
+}
+
+/// `settle serve --plugin PLUGIN` arguments, checked as the binary would.
+pub fn config_for(plugin: &std::path::Path, extra: &[&str]) -> RunnerConfig {
     let mut argv = vec!["settle", "serve", "--plugin", plugin.to_str().unwrap()];
     if !extra.contains(&"--store") {
         argv.extend(["--store", "memory"]);
@@ -256,23 +330,16 @@ pub fn error_text(result: &CallToolResult) -> String {
 
 /// Polls `get_task` until the task ends, and returns its last view.
 pub async fn wait_for_end(client: &Client, task_id: &str) -> Value {
-    let started = Instant::now();
-    loop {
+    eventually(&format!("task {task_id} ends"), async || {
         let task = structured(&complete(
             call(client, "get_task", json!({"task_id": task_id})).await,
         ));
-        if matches!(
-            task["status"].as_str(),
-            Some("completed" | "failed" | "cancelled")
-        ) {
-            return task;
+        match task["status"].as_str() {
+            Some("completed" | "failed" | "cancelled") => Ok(task),
+            _ => Err(task.to_string()),
         }
-        assert!(
-            started.elapsed() < DEADLINE,
-            "task {task_id} did not end within {DEADLINE:?}: {task}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 pub const MODERN: &str = "2026-07-28";
@@ -559,4 +626,81 @@ impl Drop for Redis {
             let _ = child.wait();
         }
     }
+}
+
+/// A tenant `name` serving the plugin at `plugin` in `runtime`, with
+/// `settings` as its plugin configuration, no outbound hosts and default
+/// limits: for driving the runtime, scheduler and swapper without MCP.
+pub fn bare_tenant(
+    runtime: &settle::runtime::Runtime,
+    name: &str,
+    plugin: &std::path::Path,
+    settings: &[(&str, &str)],
+) -> settle::tenant::Tenant {
+    let plugin = runtime.load_plugin(plugin).expect("the plugin loads");
+    let context = settle::context::TenantContext {
+        name: name.into(),
+        namespace: name.into(),
+        plugin_config: settings
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        policy: settle::policy::OutboundPolicy::new(vec![]),
+        limits: settle::context::Limits::default(),
+        events: Default::default(),
+        metrics: Default::default(),
+    };
+    settle::tenant::Tenant::new(context, plugin)
+}
+
+/// A runtime on an in-memory store, sharing the tests' artifact cache.
+pub fn memory_runtime() -> std::sync::Arc<settle::runtime::Runtime> {
+    let store = settle::store::Store::memory();
+    std::sync::Arc::new(settle::runtime::Runtime::new(store, Some(cache_dir())).expect("runtime"))
+}
+
+/// A component shaped like a plugin of contract `version`: it imports the
+/// runner's interface and exports the plugin interface of that version.
+/// Nothing else: the check must refuse it before the linker looks.
+pub fn component_built_for(version: &str) -> Vec<u8> {
+    use wasm_encoder::{
+        Component, ComponentExportKind, ComponentExportSection, ComponentImportSection,
+        ComponentInstanceSection, ComponentTypeRef, ComponentTypeSection, ComponentValType,
+        InstanceType, PrimitiveValType,
+    };
+    let mut types = ComponentTypeSection::new();
+    let mut runner = InstanceType::new();
+    // `log: func(message: string)`, as type 0 of the instance type.
+    runner
+        .ty()
+        .function()
+        .params([(
+            "message",
+            ComponentValType::Primitive(PrimitiveValType::String),
+        )])
+        .result(None);
+    runner.export("log", ComponentTypeRef::Func(0));
+    types.instance(&runner);
+    let mut imports = ComponentImportSection::new();
+    imports.import(
+        format!("settle:plugin/runner@{version}").as_str(),
+        ComponentTypeRef::Instance(0),
+    );
+    // Instance 0 is the import; instance 1 is the (empty) export.
+    let mut instances = ComponentInstanceSection::new();
+    instances.export_items::<&str, [(&str, ComponentExportKind, u32); 0]>([]);
+    let mut exports = ComponentExportSection::new();
+    exports.export(
+        format!("settle:plugin/plugin@{version}").as_str(),
+        ComponentExportKind::Instance,
+        1,
+        None,
+    );
+    let mut component = Component::new();
+    component
+        .section(&types)
+        .section(&imports)
+        .section(&instances)
+        .section(&exports);
+    component.finish()
 }

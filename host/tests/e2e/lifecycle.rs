@@ -82,14 +82,13 @@ async fn sigterm_lets_the_call_in_flight_finish_then_exits_cleanly() {
         (client, result)
     });
     // Wait until the command reached the device, so the call is in flight.
-    let deadline = std::time::Instant::now() + DEADLINE;
-    while sim_counts(&sim, "ac-living").0 == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the call never reached the device"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the call reaches the device", async || {
+        match sim_counts(&sim, "ac-living").0 {
+            0 => Err("no control request yet".into()),
+            _ => Ok(()),
+        }
+    })
+    .await;
     process.signal("TERM");
     let (_client, result) = match call.await {
         Ok(done) => done,
@@ -143,35 +142,27 @@ async fn a_command_in_flight_when_the_runner_dies_is_sent_again_after_a_restart(
             )
             .await;
     });
-    let deadline = std::time::Instant::now() + DEADLINE;
-    while sim_counts(&sim, "ac-living").0 == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command never left"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("the command leaves", async || {
+        match sim_counts(&sim, "ac-living").0 {
+            0 => Err("no control request yet".into()),
+            _ => Ok(()),
+        }
+    })
+    .await;
     first.signal("KILL");
     first.exited().await;
     caller.abort();
     sim.sim().clear_faults("ac-living").unwrap();
 
     let second = Process::start(&argv).await;
-    let deadline = std::time::Instant::now() + DEADLINE;
-    loop {
-        let state = sim.sim().inspect("ac-living").unwrap();
-        let applied =
-            serde_json::to_value(&state).unwrap()["state"]["target_temperature"] == json!(20.0);
-        if applied {
-            break;
+    eventually("the restarted runner sends the command again", async || {
+        let state = serde_json::to_value(sim.sim().inspect("ac-living").unwrap()).unwrap();
+        match state["state"]["target_temperature"] == json!(20.0) {
+            true => Ok(()),
+            false => Err(format!("{state}; runner log:\n{}", second.log())),
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command was dropped; runner log:\n{}",
-            second.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     assert!(second.log().contains("re-sending"), "{}", second.log());
     assert_eq!(
         sim_counts(&sim, "ac-living").0,

@@ -1,20 +1,30 @@
-//! End-to-end tests: the real device plugin in the real runtime, the
-//! simulator on loopback, and real MCP clients (rmcp, raw HTTP, stdio).
+//! End-to-end tests: the real plugins (devices, hello, fixtures, hostile)
+//! in the real runtime, the simulator on loopback, and real MCP clients
+//! (rmcp, raw HTTP, stdio).
 //!
 //! One test binary with a module per area: every test binary links all of
 //! wasmtime and rmcp, so one binary instead of six saves minutes of CI.
+//! Some modules drive one part of the runner directly, without MCP
+//! (`scheduler`, `swap`, `contract`), and `layering` only reads the
+//! runner's source for its module dependencies.
 
 mod common;
 
 mod commands;
+mod contract;
+mod fixtures;
+mod hello;
 mod homeassistant;
+mod layering;
 mod lifecycle;
 mod mcp_http;
 mod outbound;
 mod profiles;
 mod replicas;
+mod scheduler;
 mod schemas;
 mod sequences;
 mod stdio;
+mod swap;
 mod tasks;
 mod tenants;

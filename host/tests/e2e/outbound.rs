@@ -105,7 +105,7 @@ fn a_malformed_allow_list_entry_is_refused_at_start_with_the_expected_form() {
         "127.0.0.1:8081",
     ];
     let args = serve_args(&argv);
-    let err = settle::app::RunnerConfig::from_args(&args)
+    let err = settle::config::RunnerConfig::from_args(&args)
         .err()
         .expect("refused");
     let text = format!("{err:#}");

@@ -151,7 +151,7 @@ async fn a_bad_profile_stops_the_start_naming_the_field() {
             "--cache-dir",
             cache_dir().to_str().unwrap(),
         ]);
-        let refused = match settle::app::RunnerConfig::from_args(&args) {
+        let refused = match settle::config::RunnerConfig::from_args(&args) {
             Err(e) => format!("{e:#}"),
             Ok(config) => match settle::app::Runner::start(config).await {
                 Err(e) => format!("{e:#}"),

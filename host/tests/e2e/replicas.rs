@@ -88,11 +88,13 @@ async fn a_killed_replica_s_task_is_finished_by_another() {
     // Wait until a scheduler has claimed the task and read the device for
     // it, then kill A mid-task.
     let (_, reads_at_creation) = sim_counts(&sim, "ac-bedroom");
-    let deadline = Instant::now() + DEADLINE;
-    while sim_counts(&sim, "ac-bedroom").1 == reads_at_creation {
-        assert!(Instant::now() < deadline, "no replica advanced the task");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually("a replica advances the task", async || {
+        match sim_counts(&sim, "ac-bedroom").1 > reads_at_creation {
+            true => Ok(()),
+            false => Err("no read since the task was created".into()),
+        }
+    })
+    .await;
     a.signal("KILL");
     a.exited().await;
 
@@ -193,12 +195,18 @@ async fn two_replicas_never_advance_the_same_task_at_once() {
     for (i, device) in ["ac-living", "ac-bedroom"].into_iter().enumerate() {
         let (_, sensor) = sim_counts(&sim, device);
         // Every tick reads each device once, whichever replica takes it:
-        // 200 ms ticks over the wait, with slack for its edges. Two replicas
-        // advancing the same tasks would read about twice as often.
-        let ticks = elapsed.as_millis() as u64 / 200 + 3;
+        // 200 ms ticks over the wait. Two replicas advancing the same tasks
+        // would read about twice as often. The slack is a quarter of the
+        // ticks (plus the wait's edges), not a constant: when the devices
+        // already show 25 as the last tasks are created, those tasks wait
+        // out their 10 s settle window, and over such a wait late ticks add
+        // a read now and then (seen: 54-57 reads in 10 s, also before the
+        // WIT 0.2.0 change, where a constant slack of 3 failed 2 runs in 15).
+        let ticks = elapsed.as_millis() as u64 / 200;
+        let most = ticks + ticks / 4 + 3;
         assert!(
-            sensor <= ticks,
-            "{device}: {sensor} sensor reads in {elapsed:?}; one replica per tick would make at most {ticks}"
+            sensor <= most,
+            "{device}: {sensor} sensor reads in {elapsed:?}; one replica per tick would make at most {most}"
         );
         for (_, done) in results.iter().filter(|(d, _)| *d == device) {
             let reads = done["result"]["reads"].as_u64().unwrap();

@@ -1,0 +1,70 @@
+//! A plugin built against another version of the `settle:plugin` contract
+//! is refused when it is loaded, with both versions named.
+
+use crate::common::*;
+use settle::contract;
+use settle::plugin::LoadError;
+
+#[test]
+fn a_plugin_built_for_0_1_0_is_refused_at_load_with_both_versions_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.wasm");
+    std::fs::write(&path, component_built_for("0.1.0")).unwrap();
+    let runtime =
+        settle::runtime::Runtime::new(settle::store::Store::memory(), None).expect("runtime");
+    let err = match runtime.load_plugin(&path) {
+        Err(err) => err,
+        Ok(_) => panic!("a 0.1.0 plugin was loaded"),
+    };
+    assert!(matches!(err, LoadError::Version { .. }), "{err}");
+    let message = err.to_string();
+    assert!(message.contains("old.wasm"), "{message}");
+    assert!(
+        message.contains("built for settle:plugin@0.1.0"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("serves settle:plugin@{}", contract::VERSION)),
+        "{message}"
+    );
+}
+
+#[test]
+fn the_same_shape_of_this_version_passes_the_check_and_meets_the_linker() {
+    // The built component is only refused for its version: at the version
+    // served, the check passes and the linker names what it lacks.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bare.wasm");
+    std::fs::write(&path, component_built_for(contract::VERSION)).unwrap();
+    let runtime =
+        settle::runtime::Runtime::new(settle::store::Store::memory(), None).expect("runtime");
+    match runtime.load_plugin(&path) {
+        Err(LoadError::Interface { .. }) => {}
+        Err(other) => panic!("expected a linker refusal, got: {other}"),
+        Ok(_) => panic!("a bare component was loaded"),
+    }
+}
+
+#[tokio::test]
+async fn a_runner_given_a_0_1_0_plugin_does_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.wasm");
+    std::fs::write(&path, component_built_for("0.1.0")).unwrap();
+    let cache = cache_dir();
+    let args = serve_args(&[
+        "settle",
+        "serve",
+        "--plugin",
+        path.to_str().unwrap(),
+        "--store",
+        "memory",
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ]);
+    let config = settle::config::RunnerConfig::from_args(&args).expect("flags are valid");
+    let err = match settle::app::Runner::start(config).await {
+        Err(err) => format!("{err:#}"),
+        Ok(_) => panic!("a runner started with a 0.1.0 plugin"),
+    };
+    assert!(err.contains("built for settle:plugin@0.1.0"), "{err}");
+}

@@ -1,0 +1,145 @@
+//! The swapper, driven directly: a plugin is swapped in only once it is
+//! admitted, listeners hear of a new tool list, and every refusal leaves the
+//! old plugin serving.
+
+use crate::common::*;
+use settle::events::{Event, Interest};
+use settle::swap::{SwapOutcome, Swapper};
+use settle::tenant::Tenants;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A tenant `t` serving a private copy of `plugin`, and its swapper.
+struct Setup {
+    runtime: Arc<settle::runtime::Runtime>,
+    swapper: Swapper,
+    file: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(plugin: &Path, settings: &[(&str, &str)]) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("plugin.wasm");
+        std::fs::copy(plugin, &file).unwrap();
+        let runtime = memory_runtime();
+        let tenants = Arc::new(Tenants::new([bare_tenant(&runtime, "t", &file, settings)]));
+        Setup {
+            swapper: Swapper::new(runtime.clone(), tenants),
+            runtime,
+            file,
+            _dir: dir,
+        }
+    }
+
+    fn tenant(&self) -> Arc<settle::tenant::Tenant> {
+        self.swapper.tenants().get("t").unwrap()
+    }
+
+    /// Replaces the plugin file (write aside, rename) and swaps.
+    async fn swap_to(&self, bytes: &[u8]) -> SwapOutcome {
+        let aside = self.file.with_extension("new");
+        std::fs::write(&aside, bytes).unwrap();
+        std::fs::rename(&aside, &self.file).unwrap();
+        self.swapper.reload(&self.tenant()).await
+    }
+
+    async fn tool_names(&self) -> Vec<String> {
+        let tools = self.runtime.list_tools(&self.tenant()).await.unwrap();
+        tools.iter().map(|t| t.name.clone()).collect()
+    }
+}
+
+fn refusal(outcome: SwapOutcome) -> String {
+    match outcome {
+        SwapOutcome::Refused { reason } => reason,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_same_bytes_change_nothing() {
+    let s = Setup::new(&hello_plugin_path(), &[]);
+    assert_eq!(s.swapper.reload(&s.tenant()).await, SwapOutcome::Unchanged);
+}
+
+#[tokio::test]
+async fn a_plugin_with_other_tools_is_swapped_in_and_listeners_are_told() {
+    let s = Setup::new(&hello_plugin_path(), &[]);
+    let tenant = s.tenant();
+    let mut listener = tenant.context.events.follow(
+        "t",
+        Interest {
+            tools_list: true,
+            ..Interest::default()
+        },
+    );
+    assert_eq!(s.tool_names().await, ["hello"]);
+    let outcome = s
+        .swap_to(&std::fs::read(fixtures_plugin_path()).unwrap())
+        .await;
+    assert!(
+        matches!(
+            outcome,
+            SwapOutcome::Loaded {
+                tools_changed: true,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert!(s.tool_names().await.contains(&"slow_compute".to_string()));
+    let heard = tokio::time::timeout(DEADLINE, listener.next())
+        .await
+        .unwrap();
+    assert!(matches!(heard, Some(Event::ToolsListChanged)), "{heard:?}");
+    let metrics = tenant.context.metrics.render();
+    assert!(
+        metrics.contains(r#"settle_plugin_swaps_total{tenant="t",status="loaded"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_that_refuses_the_tenants_configuration_is_not_swapped_in() {
+    // The fixture plugin ignores `greeting`; the hello plugin refuses an
+    // empty one when it is admitted.
+    let s = Setup::new(&fixtures_plugin_path(), &[("greeting", "")]);
+    let before = s.tenant().plugin.load().digest.clone();
+    let reason = refusal(
+        s.swap_to(&std::fs::read(hello_plugin_path()).unwrap())
+            .await,
+    );
+    assert!(
+        reason.contains(
+            "refuses the tenant's configuration: plugin configuration: greeting is empty"
+        ),
+        "{reason}"
+    );
+    assert_eq!(
+        s.tenant().plugin.load().digest,
+        before,
+        "the old plugin serves"
+    );
+    assert!(s.tool_names().await.contains(&"slow_compute".to_string()));
+    let metrics = s.tenant().context.metrics.render();
+    assert!(
+        metrics.contains(r#"settle_plugin_swaps_total{tenant="t",status="refused"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_built_for_another_contract_version_is_refused_with_both_named() {
+    let s = Setup::new(&hello_plugin_path(), &[]);
+    let reason = refusal(s.swap_to(&component_built_for("0.1.0")).await);
+    assert!(reason.contains("built for settle:plugin@0.1.0"), "{reason}");
+    assert!(
+        reason.contains(&format!(
+            "serves settle:plugin@{}",
+            settle::contract::VERSION
+        )),
+        "{reason}"
+    );
+    assert_eq!(s.tool_names().await, ["hello"], "the old plugin serves");
+}
