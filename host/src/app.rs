@@ -8,6 +8,7 @@ use crate::drain::{DRAIN_LIMIT, Drain};
 use crate::events::Hub;
 use crate::mcp::Settle;
 use crate::mcp::http::HttpAccess;
+use crate::mcp::limits::{HttpLimits, Throttle};
 use crate::metrics::Metrics;
 use crate::runtime::Runtime;
 use crate::scheduler::Scheduler;
@@ -33,6 +34,7 @@ pub struct Runner {
     layout: Layout,
     store: Store,
     access: HttpAccess,
+    http_limits: HttpLimits,
     admin_token: Option<Secret>,
     metrics_token: Option<Secret>,
     metrics: Arc<Metrics>,
@@ -128,6 +130,7 @@ impl Runner {
             layout: config.layout,
             store,
             access: config.access,
+            http_limits: config.http_limits,
             admin_token: config.admin_token,
             metrics_token: config.metrics_token,
             metrics,
@@ -175,6 +178,11 @@ impl Runner {
                 &self.access,
                 responses.clone(),
                 streams.clone(),
+                Throttle::new(
+                    served.settle.tenant_name(),
+                    &self.http_limits,
+                    self.metrics.clone(),
+                ),
             );
             app = match self.layout {
                 Layout::Single => app.merge(mcp),
@@ -223,7 +231,7 @@ impl Runner {
                 stopping.cancel();
             }
         });
-        // Once stopping: axum takes no new connections and closes idle ones;
+        // Once stopping: no new connections are taken and idle ones close;
         // calls in flight run to the end; then the long-lived streams (which
         // would otherwise hold the server open) are ended.
         let closer = tokio::spawn({
@@ -240,17 +248,14 @@ impl Runner {
                 streams.cancel();
             }
         });
-        // Small JSON-RPC answers must not wait for Nagle's algorithm and the
-        // peer's delayed ACK (40 ms each on Linux).
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!("TCP_NODELAY: {e}");
-            }
-        });
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stopping.cancelled_owned().await })
-            .await
-            .context("HTTP server")?;
+        crate::mcp::accept::serve(
+            listener,
+            app,
+            &self.http_limits,
+            self.metrics.clone(),
+            stopping,
+        )
+        .await;
         signal.abort();
         let _ = closer.await;
         self.stop().await;

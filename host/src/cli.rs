@@ -218,6 +218,31 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub allowed_origin: Vec<String>,
+
+    /// HTTP: close a connection whose request headers have not all arrived
+    /// within this many milliseconds, or that sits idle between requests
+    /// as long (ends slowloris connections). Default 10000; also
+    /// `[server] header_read_timeout_ms` in a tenants file.
+    #[arg(long, env = "SETTLE_HEADER_READ_TIMEOUT_MS", value_name = "MS")]
+    pub header_read_timeout_ms: Option<u64>,
+
+    /// HTTP: connections open at once; one more is answered 503 with
+    /// Retry-After and closed. Default 4096; also `[server]
+    /// max_connections`.
+    #[arg(long, env = "SETTLE_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
+
+    /// HTTP: open subscriptions/listen streams per tenant; one more is
+    /// refused (HTTP 429, a JSON-RPC error). Default 256; also `[server]
+    /// max_listen_streams`.
+    #[arg(long, env = "SETTLE_MAX_LISTEN_STREAMS", value_name = "N")]
+    pub max_listen_streams: Option<usize>,
+
+    /// HTTP: requests per second per tenant (bursts of as many); one more
+    /// is answered 429 with Retry-After. 0 turns it off. Default 5000; also
+    /// `[server] max_requests_per_second`.
+    #[arg(long, env = "SETTLE_MAX_REQUESTS_PER_SECOND", value_name = "N")]
+    pub max_requests_per_second: Option<u32>,
 }
 
 /// A plugin setting the runner also takes under a name of its own: a flag
@@ -285,6 +310,16 @@ pub fn alias(key: &str) -> Option<&'static Alias> {
 }
 
 impl ServeArgs {
+    /// The HTTP server's limits the flags give.
+    pub fn limits(&self) -> crate::config::limits::LimitsDraft {
+        crate::config::limits::LimitsDraft {
+            header_read_timeout_ms: self.header_read_timeout_ms,
+            max_connections: self.max_connections,
+            max_listen_streams: self.max_listen_streams,
+            max_requests_per_second: self.max_requests_per_second,
+        }
+    }
+
     /// The aliases the command line gives, with their values (a JSON
     /// file's path as given).
     pub fn aliases(&self) -> Vec<(&'static Alias, String)> {

@@ -1,6 +1,8 @@
 //! What operators can see, per tenant, in the Prometheus text format at
 //! `/metrics`: plugin calls and their latency, tasks by outcome, denied
-//! outbound requests, plugin faults and plugin swaps.
+//! outbound requests, plugin faults and plugin swaps, and what the HTTP
+//! server's limits did (open and refused connections, header-read
+//! timeouts, open and refused listen streams, rate-limited requests).
 //!
 //! Labels are tenant names, call names, outcomes and statuses only: never a
 //! token, a URL or anything a device reported.
@@ -8,6 +10,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::time::Duration;
@@ -50,6 +53,12 @@ pub struct Metrics {
     denied: Family<TenantLabels, Counter>,
     faults: Family<FaultLabels, Counter>,
     swaps: Family<StatusLabels, Counter>,
+    connections: Gauge,
+    connections_refused: Counter,
+    header_timeouts: Counter,
+    listen_streams: Family<TenantLabels, Gauge>,
+    listen_refused: Family<TenantLabels, Counter>,
+    rate_limited: Family<TenantLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -93,6 +102,42 @@ impl Default for Metrics {
             "Plugin swaps by tenant and result (loaded, refused)",
             swaps.clone(),
         );
+        let connections = Gauge::default();
+        registry.register(
+            "http_connections",
+            "HTTP connections open now",
+            connections.clone(),
+        );
+        let connections_refused = Counter::default();
+        registry.register(
+            "http_connections_refused",
+            "HTTP connections answered 503 and closed because --max-connections were open",
+            connections_refused.clone(),
+        );
+        let header_timeouts = Counter::default();
+        registry.register(
+            "http_header_timeouts",
+            "HTTP connections closed because a request's headers (or an idle connection's next request) did not arrive within --header-read-timeout-ms",
+            header_timeouts.clone(),
+        );
+        let listen_streams = Family::<TenantLabels, Gauge>::default();
+        registry.register(
+            "listen_streams",
+            "Open subscriptions/listen streams by tenant",
+            listen_streams.clone(),
+        );
+        let listen_refused = Family::<TenantLabels, Counter>::default();
+        registry.register(
+            "listen_refused",
+            "subscriptions/listen requests refused because the tenant had --max-listen-streams open",
+            listen_refused.clone(),
+        );
+        let rate_limited = Family::<TenantLabels, Counter>::default();
+        registry.register(
+            "rate_limited",
+            "Requests answered 429 because the tenant exceeded --max-requests-per-second",
+            rate_limited.clone(),
+        );
         Metrics {
             registry,
             calls,
@@ -101,6 +146,12 @@ impl Default for Metrics {
             denied,
             faults,
             swaps,
+            connections,
+            connections_refused,
+            header_timeouts,
+            listen_streams,
+            listen_refused,
+            rate_limited,
         }
     }
 }
@@ -161,6 +212,55 @@ impl Metrics {
             .inc();
     }
 
+    /// An HTTP connection was taken (`true`) or has closed (`false`).
+    pub fn connection(&self, open: bool) {
+        if open {
+            self.connections.inc();
+        } else {
+            self.connections.dec();
+        }
+    }
+
+    /// An HTTP connection was refused at the connection cap.
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
+    }
+
+    /// An HTTP connection was closed by the header-read timeout.
+    pub fn header_timeout(&self) {
+        self.header_timeouts.inc();
+    }
+
+    /// A listen stream of `tenant` opened (`true`) or ended (`false`).
+    pub fn listen_stream(&self, tenant: &str, open: bool) {
+        let gauge = self.listen_streams.get_or_create(&TenantLabels {
+            tenant: tenant.to_string(),
+        });
+        if open {
+            gauge.inc();
+        } else {
+            gauge.dec();
+        }
+    }
+
+    /// A listen stream of `tenant` was refused at the tenant's cap.
+    pub fn listen_refused(&self, tenant: &str) {
+        self.listen_refused
+            .get_or_create(&TenantLabels {
+                tenant: tenant.to_string(),
+            })
+            .inc();
+    }
+
+    /// A request of `tenant` was answered 429.
+    pub fn rate_limited(&self, tenant: &str) {
+        self.rate_limited
+            .get_or_create(&TenantLabels {
+                tenant: tenant.to_string(),
+            })
+            .inc();
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -182,7 +282,23 @@ mod tests {
         m.task("alice", "completed");
         m.denied("bob");
         m.swap("alice", "loaded");
+        m.connection(true);
+        m.connection_refused();
+        m.header_timeout();
+        m.listen_stream("alice", true);
+        m.listen_refused("bob");
+        m.rate_limited("alice");
         let text = m.render();
+        for line in [
+            "settle_http_connections 1",
+            "settle_http_connections_refused_total 1",
+            "settle_http_header_timeouts_total 1",
+            r#"settle_listen_streams{tenant="alice"} 1"#,
+            r#"settle_listen_refused_total{tenant="bob"} 1"#,
+            r#"settle_rate_limited_total{tenant="alice"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
         assert!(
             text.contains(
                 r#"settle_plugin_calls_total{tenant="alice",call="call-tool",outcome="ok"} 1"#

@@ -9,6 +9,7 @@
 //! spans), so that the aliases of plugin settings ([`crate::cli::ALIASES`])
 //! are keys like any other without the file format naming them.
 
+use super::limits::LimitsDraft;
 use super::tenant::{Field, TenantDraft, TenantSpec};
 use crate::cli::{self, Alias, AliasKind};
 use crate::secret::Secret;
@@ -51,6 +52,12 @@ struct ServerSection {
     metrics_token_file: Option<Spanned<String>>,
     /// Reload a tenant's plugin when its file changes (default on).
     watch_plugins: Option<bool>,
+    /// The HTTP server's limits ([`crate::mcp::limits::HttpLimits`]); the
+    /// per-tenant ones apply to each tenant.
+    header_read_timeout_ms: Option<u64>,
+    max_connections: Option<usize>,
+    max_listen_streams: Option<usize>,
+    max_requests_per_second: Option<u32>,
 }
 
 /// The keys of a tenant table that are not aliases.
@@ -81,6 +88,8 @@ pub struct TenantsFile {
     pub metrics_token: Option<Secret>,
     /// Reload plugins when their files change.
     pub watch_plugins: bool,
+    /// The HTTP server's limits the `[server]` table gives.
+    pub limits: LimitsDraft,
 }
 
 /// Turns byte offsets of the file into located errors, and reads what the
@@ -291,6 +300,12 @@ impl TenantsFile {
             admin_token,
             metrics_token,
             watch_plugins: server.watch_plugins.unwrap_or(true),
+            limits: LimitsDraft {
+                header_read_timeout_ms: server.header_read_timeout_ms,
+                max_connections: server.max_connections,
+                max_listen_streams: server.max_listen_streams,
+                max_requests_per_second: server.max_requests_per_second,
+            },
         })
     }
 }
@@ -651,6 +666,11 @@ mod tests {
         assert_eq!(names, ["alice", "bob"]);
         assert!(file.admin_token.is_some() && file.metrics_token.is_some());
         assert_eq!(file.tenants[1].limits.memory_bytes, 32 << 20);
+        // The example lists the HTTP limits with their defaults.
+        assert_eq!(
+            file.limits.check().unwrap(),
+            crate::mcp::limits::HttpLimits::default()
+        );
     }
 
     #[test]

@@ -10,9 +10,11 @@
 //! - [`tenant`]: one tenant's configuration and its check.
 //! - [`file`](mod@file): the tenants file (`--config settle.toml`).
 //! - [`flags`]: the default tenant of a runner without a tenants file.
+//! - [`limits`]: the HTTP server's limits, from the flags and the file.
 
 pub mod file;
 pub mod flags;
+pub mod limits;
 pub mod tenant;
 
 pub use file::{ConfigError, TenantsFile};
@@ -21,6 +23,7 @@ pub use tenant::TenantSpec;
 use crate::cli::ServeArgs;
 use crate::mcp::ServeOptions;
 use crate::mcp::http::HttpAccess;
+use crate::mcp::limits::HttpLimits;
 use crate::secret::Secret;
 use crate::store::Store;
 use anyhow::{Context, bail};
@@ -58,6 +61,8 @@ pub struct RunnerConfig {
     pub options: ServeOptions,
     /// Who may reach the HTTP endpoint.
     pub access: HttpAccess,
+    /// What the HTTP server allows.
+    pub http_limits: HttpLimits,
     /// How long a claimed due task belongs to this runner.
     pub lease: Duration,
     /// Where compiled plugins are cached; `None` compiles every time.
@@ -111,6 +116,19 @@ impl RunnerConfig {
                 }
             }
         }
+        let file_limits = file.as_ref().map(|f| f.limits.clone()).unwrap_or_default();
+        let http_limits = args
+            .limits()
+            .or(file_limits)
+            .check()
+            .map_err(|p| {
+                anyhow::anyhow!(
+                    "--{} (or `{}` in a tenants file's [server] table): {}",
+                    p.key.replace('_', "-"),
+                    p.key,
+                    p.message
+                )
+            })?;
         let store = Store::open(&args.store).with_context(|| format!("--store {}", args.store))?;
         let mut access = HttpAccess::default();
         access
@@ -130,6 +148,7 @@ impl RunnerConfig {
                 inline_wait: Duration::from_millis(args.inline_wait_ms),
             },
             access,
+            http_limits,
             lease,
             cache_dir: cache_dir(args.cache_dir.as_deref()),
         })

@@ -7,6 +7,7 @@
 //! actually left.
 
 use super::handler::Settle;
+use super::limits::{StreamSlot, Throttle};
 use super::{frame, listen};
 use crate::drain::Drain;
 use crate::store::Store;
@@ -50,12 +51,14 @@ impl Default for HttpAccess {
 
 /// The router serving MCP at `/mcp`. `responses` counts answers still being
 /// sent; cancelling `streams` ends long-lived streams (legacy sessions,
-/// subscriptions): do it once `responses` has drained.
+/// subscriptions): do it once `responses` has drained. `throttle` holds
+/// the tenant's request rate and open listen streams.
 pub fn router(
     settle: Settle,
     access: &HttpAccess,
     responses: Drain,
     streams: CancellationToken,
+    throttle: Arc<Throttle>,
 ) -> Router {
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(access.allowed_hosts.clone())
@@ -73,8 +76,12 @@ pub fn router(
     );
     Router::new()
         .route_service("/mcp", service)
+        .layer(middleware::from_fn({
+            let throttle = throttle.clone();
+            move |request, next| check_frame(responses.clone(), throttle.clone(), request, next)
+        }))
         .layer(middleware::from_fn(move |request, next| {
-            check_frame(responses.clone(), request, next)
+            super::limits::rate_limit(throttle.clone(), request, next)
         }))
 }
 
@@ -114,8 +121,14 @@ const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 const LONG_LIVED: [&str; 1] = ["subscriptions/listen"];
 
 /// Answers a malformed POST body with the JSON-RPC error it deserves, and
-/// counts every other POST until its response body has been sent.
-async fn check_frame(responses: Drain, request: Request, next: Next) -> Response {
+/// counts every other POST until its response body has been sent; a
+/// listen stream over the tenant's cap is refused.
+async fn check_frame(
+    responses: Drain,
+    throttle: Arc<Throttle>,
+    request: Request,
+    next: Next,
+) -> Response {
     if request.method() != Method::POST {
         return next.run(request).await;
     }
@@ -150,6 +163,14 @@ async fn check_frame(responses: Drain, request: Request, next: Next) -> Response
         .get("method")
         .and_then(|m| m.as_str())
         .is_some_and(|m| LONG_LIVED.contains(&m));
+    let stream_slot = if long_lived {
+        match throttle.open_stream() {
+            Some(slot) => Some(slot),
+            None => return too_many_streams(&throttle, &message),
+        }
+    } else {
+        None
+    };
     let (mut parts, mut bytes, mut message) = (parts, bytes, message);
     if listen::rename_listen(&mut message) {
         // rmcp checks that Mcp-Method matches the body; keep them agreeing.
@@ -170,7 +191,7 @@ async fn check_frame(responses: Drain, request: Request, next: Next) -> Response
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
     let Some(in_flight) = in_flight else {
-        return response;
+        return hold_until_sent(response, stream_slot);
     };
     // The count ends when the body has been sent (or the client went away),
     // not when the handler returned: the answer may still be on its way.
@@ -181,3 +202,41 @@ async fn check_frame(responses: Drain, request: Request, next: Next) -> Response
     });
     Response::from_parts(parts, Body::from_stream(body))
 }
+
+/// Keeps the listen stream's place taken until its response body ends.
+fn hold_until_sent(response: Response, slot: Option<StreamSlot>) -> Response {
+    let Some(slot) = slot else {
+        return response;
+    };
+    let (parts, body) = response.into_parts();
+    let body = body.into_data_stream().map(move |chunk| {
+        let _held = &slot;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(body))
+}
+
+/// The JSON-RPC error (HTTP 429) for a listen stream over the cap.
+fn too_many_streams(throttle: &Throttle, message: &serde_json::Value) -> Response {
+    let error = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": message.get("id").cloned().unwrap_or(serde_json::Value::Null),
+        "error": {
+            "code": TOO_MANY_STREAMS,
+            "message": format!(
+                "too many open subscriptions/listen streams: this tenant may hold {} open; close one first",
+                throttle.max_streams()
+            ),
+        },
+    });
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::CONTENT_TYPE, "application/json")],
+        error.to_string(),
+    )
+        .into_response()
+}
+
+/// The JSON-RPC error code of a refused listen stream (a server error, in
+/// the range JSON-RPC leaves to implementations).
+const TOO_MANY_STREAMS: i64 = -32000;

@@ -16,7 +16,10 @@
 //! - [`frame`]: malformed JSON-RPC, answered before rmcp sees it.
 //! - [`stdio`], [`http`]: the transports; [`auth`], [`admin`]: tokens and
 //!   the operator's endpoints.
+//! - [`accept`], [`limits`]: the HTTP server's limits (header-read timeout,
+//!   connection cap; per tenant, request rate and listen streams).
 
+pub mod accept;
 pub mod admin;
 pub mod auth;
 pub mod convert;
@@ -26,6 +29,7 @@ pub mod frame;
 pub mod handler;
 pub mod http;
 pub mod legacy;
+pub mod limits;
 pub mod listen;
 pub mod notify;
 pub mod stdio;

@@ -518,6 +518,11 @@ impl Listen {
         }
     }
 
+    /// The HTTP status of the listen request's answer.
+    pub fn status(&self) -> u16 {
+        self.response.status().as_u16()
+    }
+
     /// The next JSON-RPC message on the stream, or `None` at its end or after
     /// `wait`.
     pub async fn next(&mut self, wait: Duration) -> Option<Value> {

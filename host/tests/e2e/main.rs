@@ -17,6 +17,7 @@ mod hello;
 mod homeassistant;
 mod layering;
 mod lifecycle;
+mod limits;
 mod mcp_http;
 mod outbound;
 mod profiles;
