@@ -37,7 +37,7 @@ async fn slow_connection(url: &str) -> TcpStream {
 /// requests); the HTTP status.
 async fn tools_list(client: &reqwest::Client, url: &str) -> u16 {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta(false)}});
-    client
+    let response = client
         .post(url)
         .header("accept", "application/json, text/event-stream")
         .header("content-type", "application/json")
@@ -46,17 +46,20 @@ async fn tools_list(client: &reqwest::Client, url: &str) -> u16 {
         .body(body.to_string())
         .send()
         .await
-        .expect("the normal client is answered")
-        .status()
-        .as_u16()
+        .expect("the normal client is answered");
+    let status = response.status().as_u16();
+    // Read to the end, so the connection goes back to the client's pool.
+    response.bytes().await.unwrap();
+    status
 }
 
-/// Sends one more header line every `every` until the server closes the
-/// connection; how long that took.
-async fn trickle_until_closed(mut tcp: TcpStream, every: Duration) -> Duration {
+/// Sends one more header line every `every` (if given) until the server
+/// closes the connection; how long that took.
+async fn trickle_until_closed(mut tcp: TcpStream, every: Option<Duration>) -> Duration {
     let start = Instant::now();
     let mut buffer = [0u8; 1024];
-    let mut ticks = tokio::time::interval(every);
+    let mut ticks = tokio::time::interval(every.unwrap_or(Duration::from_secs(3600)));
+    ticks.tick().await;
     loop {
         assert!(
             start.elapsed() < DEADLINE,
@@ -68,7 +71,7 @@ async fn trickle_until_closed(mut tcp: TcpStream, every: Duration) -> Duration {
                 // hyper may answer 408 before closing: keep reading.
                 Ok(_) => {}
             },
-            _ = ticks.tick() => {
+            _ = ticks.tick(), if every.is_some() => {
                 if tcp.write_all(b"X-Slow: 1\r\n").await.is_err() {
                     return start.elapsed();
                 }
@@ -85,8 +88,8 @@ async fn slowloris_and_idle_connections_are_closed_at_the_header_read_timeout() 
     let trickling = slow_connection(&server.url).await;
     let idle = TcpStream::connect(authority(&server.url)).await.unwrap();
     let (trickled, idled) = tokio::join!(
-        trickle_until_closed(trickling, Duration::from_millis(200)),
-        trickle_until_closed(idle, Duration::from_secs(3600)),
+        trickle_until_closed(trickling, Some(Duration::from_millis(200))),
+        trickle_until_closed(idle, None),
     );
     for (what, took) in [("trickling", trickled), ("idle", idled)] {
         assert!(
@@ -237,9 +240,11 @@ async fn requests_over_a_tenants_rate_get_429_with_retry_after() {
 #[tokio::test]
 async fn a_tenants_listen_streams_are_capped() {
     let server = serve_http(&["--max-listen-streams", "1"]).await;
-    let mut first = Listen::open(&server.url, 1, json!({"taskIds": ["a"]}), json!({})).await;
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let mut first = Listen::open(&server.url, 1, json!({"taskIds": ["a"]}), caps.clone()).await;
     assert_eq!(first.status(), 200);
-    let mut second = Listen::open(&server.url, 2, json!({"taskIds": ["b"]}), json!({})).await;
+    first.next(DEADLINE).await.expect("the first stream is acknowledged");
+    let mut second = Listen::open(&server.url, 2, json!({"taskIds": ["b"]}), caps).await;
     assert_eq!(second.status(), 429);
     let refusal = second
         .next(DEADLINE)
