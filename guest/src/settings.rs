@@ -34,7 +34,14 @@ pub const KEYS: &[(&str, &str)] = &[
         "stable_reads",
         "reads a different value must hold to be the device's answer",
     ),
-    ("http_timeout_ms", "timeout of one device API request"),
+    (
+        "http_timeout_ms",
+        "deadline of one device API request, from connecting to the answer's last byte",
+    ),
+    (
+        "http_max_body_bytes",
+        "largest device API answer taken; a larger one is a sensor outage",
+    ),
     (
         "probe_max_age_ms",
         "how old a remembered reading may be to serve as a command's baseline",
@@ -62,7 +69,12 @@ pub struct Settings {
     /// The profile (JSON text) of `driver = "profile"`.
     pub device_profile: Option<String>,
     pub timing: Timing,
+    /// The deadline of one device API exchange, its whole answer included;
+    /// one that misses it is a sensor outage.
     pub http_timeout_ms: u64,
+    /// The largest device API answer taken; a larger one is a sensor
+    /// outage.
+    pub http_max_body_bytes: usize,
     /// How old a remembered reading may be to stand in for a command's
     /// probe read: a burst of commands to one device then costs one read.
     pub probe_max_age_ms: u64,
@@ -114,6 +126,10 @@ impl Settings {
                     .clamp(20, poll_interval_ms),
             },
             http_timeout_ms: number("http_timeout_ms", 5_000)?.max(1),
+            http_max_body_bytes: usize::try_from(
+                number("http_max_body_bytes", host::DEFAULT_MAX_BODY_BYTES as u64)?.max(1024),
+            )
+            .unwrap_or(host::DEFAULT_MAX_BODY_BYTES),
             probe_max_age_ms: number("probe_max_age_ms", 1_000)?,
             max_commands_per_minute: u32::try_from(number("max_commands_per_minute", 30)?)
                 .map_err(|_| {
@@ -155,6 +171,7 @@ mod tests {
         let s = Settings::from_lookup(lookup(&[("device_api", "http://h:1")])).unwrap();
         assert_eq!(s.timing.ttl_ms, 300_000);
         assert_eq!(s.driver, "sim");
+        assert_eq!((s.http_timeout_ms, s.http_max_body_bytes), (5_000, 1 << 20));
         assert_eq!(
             (s.safe_min_temperature, s.safe_max_temperature),
             (18.0, 28.0)

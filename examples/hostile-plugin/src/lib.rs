@@ -78,6 +78,7 @@ fn fetch(url: &str) -> CallOutcome {
         bearer: None,
         json_body: None,
         timeout_ms: 2_000,
+        max_body_bytes: host::DEFAULT_MAX_BODY_BYTES,
     };
     match host::send(&request) {
         Ok(response) => text_result(json!({"status": response.status}), false),

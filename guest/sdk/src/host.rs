@@ -10,6 +10,7 @@ use crate::bindings::wasi::http::outgoing_handler;
 use crate::bindings::wasi::http::types::{
     ErrorCode, Fields, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
 };
+use crate::bindings::wasi::io::poll::{Pollable, poll};
 use crate::bindings::wasi::io::streams::StreamError;
 use crate::bindings::wasi::keyvalue::{atomics, batch, store};
 use crate::bindings::wasi::random::random;
@@ -191,7 +192,12 @@ pub struct HttpRequest<'a> {
     pub url: &'a str,
     pub bearer: Option<&'a str>,
     pub json_body: Option<Vec<u8>>,
+    /// The whole exchange's deadline, from connecting to the answer's last
+    /// byte: a device that answers one byte a second still ends in time.
     pub timeout_ms: u64,
+    /// The largest answer body taken; a larger one is an error, read no
+    /// further than one chunk past the limit.
+    pub max_body_bytes: usize,
 }
 
 pub struct HttpResponse {
@@ -218,9 +224,12 @@ impl std::fmt::Display for HttpError {
     }
 }
 
-/// Bodies larger than this are cut off with an error: a device API answers in
-/// a few hundred bytes, and the plugin's memory is bounded by the runner.
-const MAX_RESPONSE_BYTES: usize = 1 << 20;
+/// A sensible [`HttpRequest::max_body_bytes`]: a device API answers in a
+/// few hundred bytes, and the plugin's memory is bounded by the runner.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+
+/// The most read from a body at once.
+const READ_CHUNK: u64 = 64 * 1024;
 
 /// The largest write `blocking-write-and-flush` accepts in one call.
 const MAX_WRITE_CHUNK: usize = 4096;
@@ -274,6 +283,8 @@ pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
 
     let options = RequestOptions::new();
     let timeout_ns = request.timeout_ms.saturating_mul(1_000_000);
+    // Past this instant the exchange is abandoned, however it is going.
+    let deadline = monotonic_clock::subscribe_duration(timeout_ns);
     // Setting a timeout only fails when the runner does not support it; the
     // request then runs with the runner's defaults.
     let _ = options.set_connect_timeout(Some(timeout_ns));
@@ -293,7 +304,9 @@ pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
     }
     OutgoingBody::finish(body, None).map_err(|e| http_error(e, shown))?;
 
-    pending.subscribe().block();
+    if !ready_before(&pending.subscribe(), &deadline) {
+        return Err(late(request, shown));
+    }
     let response = match pending.get() {
         Some(Ok(Ok(response))) => response,
         Some(Ok(Err(code))) => return Err(http_error(code, shown)),
@@ -304,13 +317,18 @@ pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
     let stream = incoming.stream().map_err(|_| fail("response body"))?;
     let mut body = Vec::new();
     loop {
-        match stream.blocking_read(64 * 1024) {
+        match stream.read(READ_CHUNK) {
+            Ok(chunk) if chunk.is_empty() => {
+                if !ready_before(&stream.subscribe(), &deadline) {
+                    return Err(late(request, shown));
+                }
+            }
             Ok(chunk) => {
                 body.extend_from_slice(&chunk);
-                if body.len() > MAX_RESPONSE_BYTES {
+                if body.len() > request.max_body_bytes {
                     return Err(HttpError::Failed(format!(
-                        "response from {} is larger than {MAX_RESPONSE_BYTES} bytes",
-                        shown
+                        "response from {} is larger than {} bytes",
+                        shown, request.max_body_bytes
                     )));
                 }
             }
@@ -325,6 +343,21 @@ pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
         }
     }
     Ok(HttpResponse { status, body })
+}
+
+/// Waits until `what` is ready or `deadline` passes; whether `what` was
+/// first.
+fn ready_before(what: &Pollable, deadline: &Pollable) -> bool {
+    let ready = poll(&[what, deadline]);
+    ready.contains(&0)
+}
+
+/// The error of an exchange past its deadline.
+fn late(request: &HttpRequest<'_>, shown: &str) -> HttpError {
+    HttpError::Timeout(format!(
+        "{shown} did not finish answering within {} ms",
+        request.timeout_ms
+    ))
 }
 
 fn http_error(code: ErrorCode, url: &str) -> HttpError {

@@ -130,6 +130,7 @@ fn build_driver(
             base_url: settings.device_api.clone(),
             token: settings.device_token.clone(),
             timeout_ms: settings.http_timeout_ms,
+            max_body_bytes: settings.http_max_body_bytes,
         }))
     };
     match settings.driver.as_str() {
@@ -144,6 +145,7 @@ fn build_driver(
             base_url: settings.device_api.clone(),
             token: settings.device_token.clone(),
             timeout_ms: settings.http_timeout_ms,
+            max_body_bytes: settings.http_max_body_bytes,
         })),
         other => Err(format!(
             "plugin configuration: driver {other:?} is not one this plugin has (sim, profile, homeassistant)"

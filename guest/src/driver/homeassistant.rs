@@ -36,6 +36,8 @@ pub struct HomeAssistant {
     /// A long-lived access token.
     pub token: Option<String>,
     pub timeout_ms: u64,
+    /// The largest answer taken.
+    pub max_body_bytes: usize,
 }
 
 /// Home Assistant's spelling of a model mode, and back.
@@ -226,6 +228,7 @@ impl HomeAssistant {
             bearer: self.token.as_deref(),
             json_body: body.map(|b| b.to_string().into_bytes()),
             timeout_ms: self.timeout_ms,
+            max_body_bytes: self.max_body_bytes,
         })
     }
 

@@ -15,6 +15,7 @@ mod contract;
 mod fixtures;
 mod hello;
 mod homeassistant;
+mod hostile_device;
 mod layering;
 mod lifecycle;
 mod limits;

@@ -30,6 +30,8 @@ pub struct ProfileDriver {
     pub base_url: String,
     pub token: Option<String>,
     pub timeout_ms: u64,
+    /// The largest answer taken.
+    pub max_body_bytes: usize,
 }
 
 impl ProfileDriver {
@@ -59,6 +61,7 @@ impl ProfileDriver {
             bearer,
             json_body: body.map(|b| b.to_string().into_bytes()),
             timeout_ms: self.timeout_ms,
+            max_body_bytes: self.max_body_bytes,
         })
         .map_err(|e| match (e, device_id) {
             (DriverError::UnknownDevice(_), Some(id)) => DriverError::UnknownDevice(id.to_string()),
