@@ -14,7 +14,11 @@ SIM_ADDR ?= 127.0.0.1:8081
 HTTP_ADDR ?= 127.0.0.1:8080
 RUN_DIR := .run
 
-.PHONY: all build guest fixtures host run run-cluster redis test test-all lint test-unit test-e2e conformance bench bench-verdicts bench-scale fmt clean wasm-target
+FUZZ_INPUTS ?= 10000000
+# make test's share of the fuzzer: about 15 s of a debug build.
+FUZZ_SHORT ?= 60000
+
+.PHONY: fuzz fuzz-short bench-slowloris all build guest fixtures host run run-cluster redis test test-all lint test-unit test-e2e conformance bench bench-verdicts bench-scale fmt clean wasm-target
 
 all: build
 
@@ -86,13 +90,25 @@ conformance: guest fixtures
 	$(CARGO) test --workspace --no-run
 	./scripts/conformance.sh
 
-test: lint test-all conformance
+# The fuzzer (fuzz/): FUZZ_INPUTS mutated inputs over every target, with
+# the count and crashes of each; crashing inputs go to fuzz/crashes/.
+fuzz:
+	$(CARGO) run --release -p settle-fuzz -- $(FUZZ_INPUTS)
+
+fuzz-short:
+	$(CARGO) run -p settle-fuzz -- $(FUZZ_SHORT)
+
+test: lint test-all fuzz-short conformance
 
 bench: guest fixtures
 	$(CARGO) build --release -p settle --bin settle
 	$(CARGO) run --release -p settle --example bench
 	$(CARGO) run --release -p settle --example bench_tenants
 	$(CARGO) run --release -p settle --example bench_lag
+
+# A normal client's p99 idle and while 1,000 slowloris connections attack.
+bench-slowloris: guest
+	$(CARGO) run --release -p settle --example bench_slowloris
 
 # The plugin's verdicts against a reference device over 100,000 random
 # command sequences (make test runs 300 of them).
