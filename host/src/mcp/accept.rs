@@ -70,10 +70,8 @@ pub async fn serve(
             tracing::debug!("TCP_NODELAY: {e}");
         }
         metrics.connection(true);
-        let connection = http.serve_connection(
-            TokioIo::new(tcp),
-            TowerToHyperService::new(app.clone()),
-        );
+        let connection =
+            http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone()));
         let (metrics, stopping) = (metrics.clone(), stopping.clone());
         tokio::spawn(async move {
             let mut connection = std::pin::pin!(connection);

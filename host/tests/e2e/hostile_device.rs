@@ -79,7 +79,8 @@ fn hostile(device: &str) -> Response {
         // Valid JSON, a byte every 200 ms: each gap is short, the whole is
         // far longer than the exchange's deadline.
         "slow" => {
-            let text = br#"{"online": true, "power": "ON", "mode": "COOL", "target_temperature": 25}"#;
+            let text =
+                br#"{"online": true, "power": "ON", "mode": "COOL", "target_temperature": 25}"#;
             let bytes = futures::stream::unfold(0usize, move |at| async move {
                 if at > 0 {
                     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -102,11 +102,7 @@ async fn slowloris_and_idle_connections_are_closed_at_the_header_read_timeout() 
         );
     }
     let client = reqwest::Client::new();
-    assert_eq!(
-        tools_list(&client, &server.url).await,
-        200,
-        "still serving"
-    );
+    assert_eq!(tools_list(&client, &server.url).await, 200, "still serving");
     let metrics = client
         .get(metrics_url(&server.url))
         .send()
@@ -243,7 +239,10 @@ async fn a_tenants_listen_streams_are_capped() {
     let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
     let mut first = Listen::open(&server.url, 1, json!({"taskIds": ["a"]}), caps.clone()).await;
     assert_eq!(first.status(), 200);
-    first.next(DEADLINE).await.expect("the first stream is acknowledged");
+    first
+        .next(DEADLINE)
+        .await
+        .expect("the first stream is acknowledged");
     let mut second = Listen::open(&server.url, 2, json!({"taskIds": ["b"]}), caps).await;
     assert_eq!(second.status(), 429);
     let refusal = second
