@@ -310,16 +310,6 @@ pub fn alias(key: &str) -> Option<&'static Alias> {
 }
 
 impl ServeArgs {
-    /// The HTTP server's limits the flags give.
-    pub fn limits(&self) -> crate::config::limits::LimitsDraft {
-        crate::config::limits::LimitsDraft {
-            header_read_timeout_ms: self.header_read_timeout_ms,
-            max_connections: self.max_connections,
-            max_listen_streams: self.max_listen_streams,
-            max_requests_per_second: self.max_requests_per_second,
-        }
-    }
-
     /// The aliases the command line gives, with their values (a JSON
     /// file's path as given).
     pub fn aliases(&self) -> Vec<(&'static Alias, String)> {

@@ -28,6 +28,16 @@ pub struct LimitProblem {
 }
 
 impl LimitsDraft {
+    /// The limits the `settle serve` flags give.
+    pub fn from_flags(args: &crate::cli::ServeArgs) -> LimitsDraft {
+        LimitsDraft {
+            header_read_timeout_ms: args.header_read_timeout_ms,
+            max_connections: args.max_connections,
+            max_listen_streams: args.max_listen_streams,
+            max_requests_per_second: args.max_requests_per_second,
+        }
+    }
+
     /// This draft's limits where it gives them, `fallback`'s elsewhere.
     pub fn or(self, fallback: LimitsDraft) -> LimitsDraft {
         LimitsDraft {

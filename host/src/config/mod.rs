@@ -117,14 +117,17 @@ impl RunnerConfig {
             }
         }
         let file_limits = file.as_ref().map(|f| f.limits.clone()).unwrap_or_default();
-        let http_limits = args.limits().or(file_limits).check().map_err(|p| {
-            anyhow::anyhow!(
-                "--{} (or `{}` in a tenants file's [server] table): {}",
-                p.key.replace('_', "-"),
-                p.key,
-                p.message
-            )
-        })?;
+        let http_limits = limits::LimitsDraft::from_flags(args)
+            .or(file_limits)
+            .check()
+            .map_err(|p| {
+                anyhow::anyhow!(
+                    "--{} (or `{}` in a tenants file's [server] table): {}",
+                    p.key.replace('_', "-"),
+                    p.key,
+                    p.message
+                )
+            })?;
         let store = Store::open(&args.store).with_context(|| format!("--store {}", args.store))?;
         let mut access = HttpAccess::default();
         access
