@@ -11,9 +11,6 @@ use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// Where `make build` leaves the device plugin.
-pub const DEFAULT_PLUGIN: &str = "target/wasm32-wasip2/release/settle_devices.wasm";
-
 #[derive(Parser, Debug)]
 #[command(
     name = "settle",
@@ -26,6 +23,18 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// Parses the process's arguments; `--version` also names the
+    /// built-in plugin and its component's hash.
+    pub fn parse_args() -> Cli {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command()
+            .version(crate::builtin::version())
+            .get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
 }
 
 /// The subcommands.
@@ -87,8 +96,10 @@ pub struct ServeArgs {
     #[arg(long, env = "SETTLE_PID_FILE", value_name = "PATH")]
     pub pid_file: Option<PathBuf>,
 
-    /// The plugin component to load.
-    #[arg(long, env = "SETTLE_PLUGIN", value_name = "PATH", default_value = DEFAULT_PLUGIN)]
+    /// The plugin component to load: a `.wasm` file, or `builtin` for the
+    /// plugin built into this binary (the default when it has one; see
+    /// `settle --version`).
+    #[arg(long, env = "SETTLE_PLUGIN", value_name = "PATH", default_value = crate::builtin::default_plugin())]
     pub plugin: PathBuf,
 
     /// Base URL of the device API the plugin talks to (plugin setting

@@ -20,6 +20,7 @@
 //! - [`relay`]: carrying those notices between replicas (Redis pub/sub).
 //! - [`tenant`]: tenants (their context and current plugin), by name and namespace.
 //! - [`context`]: what every plugin call of a tenant shares: settings, limits, allow-list.
+//! - [`builtin`]: the plugin built into the binary, named `builtin`.
 //! - [`plugin`]: a compiled, linked plugin, and the cache of compiled components.
 //! - [`config`]: flags and the tenants file, checked into a runner's configuration.
 //! - [`secret`]: tokens that never show in logs.
@@ -37,6 +38,7 @@ pub mod admit;
 pub mod app;
 #[allow(missing_docs)]
 pub mod bindings;
+pub mod builtin;
 pub mod capabilities;
 pub mod cli;
 pub mod config;

@@ -396,7 +396,10 @@ fn tenant(
     let draft = TenantDraft {
         name: name.clone(),
         namespace: section.namespace.as_ref().map(|n| n.get_ref().clone()),
-        plugin: at.base.join(section.plugin.get_ref()),
+        plugin: match section.plugin.get_ref() {
+            name if name == crate::builtin::NAME => name.into(),
+            path => at.base.join(path),
+        },
         settings,
         aliases,
         allow_outbound: section

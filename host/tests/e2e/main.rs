@@ -15,6 +15,7 @@ mod contract;
 mod fixtures;
 mod hello;
 mod homeassistant;
+mod install;
 mod layering;
 mod lifecycle;
 mod mcp_http;
