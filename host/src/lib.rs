@@ -25,6 +25,7 @@
 //! - [`config`]: flags and the tenants file, checked into a runner's configuration.
 //! - [`secret`]: tokens that never show in logs.
 //! - [`swap`]: replacing a tenant's plugin while it serves.
+//! - [`tasks`]: `settle tasks`: a running server's audit trail, over MCP.
 //! - [`metrics`]: what operators see at `/metrics`.
 //! - [`drain`]: counting calls in flight for an orderly shutdown.
 //!
@@ -57,4 +58,5 @@ pub mod secret;
 pub mod state;
 pub mod store;
 pub mod swap;
+pub mod tasks;
 pub mod tenant;

@@ -125,6 +125,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(*args).await,
         Command::Reload(args) => reload(args),
+        Command::Tasks(args) => settle::tasks::run(args).await,
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod common;
 
+mod audit;
 mod commands;
 mod contract;
 mod fixtures;
