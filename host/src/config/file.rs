@@ -512,6 +512,19 @@ mod tests {
     }
 
     #[test]
+    fn builtin_names_the_plugin_inside_the_binary_not_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let parsed = parse(dir.path(), &alice(crate::builtin::NAME));
+        if crate::builtin::bytes().is_some() {
+            let file = parsed.unwrap();
+            assert_eq!(file.tenants[0].plugin, Path::new(crate::builtin::NAME));
+        } else {
+            // Built with SETTLE_BUILTIN_PLUGIN=none: there is nothing to name.
+            assert!(parsed.is_err());
+        }
+    }
+
+    #[test]
     fn an_alias_secret_and_file_become_plugin_settings() {
         let dir = tempfile::tempdir().unwrap();
         let plugin = plugin_file(dir.path());

@@ -295,6 +295,25 @@ async fn retention_keeps_the_newest_records_up_to_the_cap() {
         .map(|r| r["arguments"]["temperature"].clone())
         .collect();
     assert_eq!(kept, [json!(17), json!(30)]);
+    // A filter the plugin does not know is its error, passed on; nothing
+    // is printed on stdout.
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_settle"))
+        .args([
+            "tasks",
+            "list",
+            "--json",
+            "--status",
+            "done",
+            "--url",
+            &server.url,
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("status must be"), "{stderr}");
     server.stop().await;
 }
 
