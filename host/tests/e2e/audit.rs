@@ -333,3 +333,34 @@ async fn retention_drops_records_older_than_the_limit() {
     .await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn settle_tasks_watch_prints_each_new_record_as_it_comes() {
+    use tokio::io::AsyncBufReadExt;
+    let (_sim, server) = setup(&[]).await;
+    let client = modern_http_client(&server.url, Declares::default()).await;
+    gate(&client, 29).await;
+    let mut watch = tokio::process::Command::new(env!("CARGO_BIN_EXE_settle"))
+        .args(["tasks", "watch", "--json", "--url", &server.url])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("settle tasks watch starts");
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut next = async || -> Value {
+        let line = tokio::time::timeout(DEADLINE, lines.next_line())
+            .await
+            .expect("watch printed a record in time")
+            .unwrap()
+            .expect("watch is still running");
+        serde_json::from_str(&line).unwrap()
+    };
+    // What was there when it started, then what comes after, once each.
+    assert_eq!(next().await["arguments"]["temperature"], json!(29));
+    gate(&client, 30).await;
+    assert_eq!(next().await["arguments"]["temperature"], json!(30));
+    gate(&client, 17).await;
+    assert_eq!(next().await["arguments"]["temperature"], json!(17));
+    watch.kill().await.unwrap();
+    server.stop().await;
+}
