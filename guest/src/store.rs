@@ -160,8 +160,16 @@ impl<'p> Store<'p> {
         if let Some((record, true, visible)) = &outcome {
             if ended {
                 // The write that ended it happens once (terminal states
-                // never change), so each task is recorded once.
-                crate::audit::append(self.platform, &crate::audit::Entry::of_task(record))?;
+                // never change), so each task is recorded once. A record
+                // that cannot be written is logged; the task has ended
+                // regardless, and its listeners must still hear of it.
+                let entry = crate::audit::Entry::of_task(record);
+                if let Err(e) = crate::audit::append(self.platform, &entry) {
+                    self.platform.log(
+                        crate::platform::Level::Warn,
+                        &format!("audit trail: task {} not recorded: {e}", record.id),
+                    );
+                }
             }
             self.commit(record, now_ms, *visible)?;
         }

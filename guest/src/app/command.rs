@@ -72,10 +72,15 @@ pub fn run(
                 sent_at_ms: None,
                 ended_at_ms: now,
             };
-            match audit::append(ctx.platform, &entry) {
-                Ok(()) => Failure::Tool(message),
-                Err(e) => Failure::Internal(e),
+            // Nothing was sent either way; a record that cannot be
+            // written is logged, and the caller still hears why.
+            if let Err(e) = audit::append(ctx.platform, &entry) {
+                ctx.platform.log(
+                    crate::platform::Level::Warn,
+                    &format!("audit trail: a {tool} on {device_id} not sent, not recorded: {e}"),
+                );
             }
+            Failure::Tool(message)
         };
         match confirmation(caller, tool, device_id, &pairs, &question) {
             Confirmation::OnTask => held_for_confirmation = Some(question),
