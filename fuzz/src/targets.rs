@@ -230,6 +230,8 @@ fn tools() -> Run {
             },
             input_responses: None,
             request_state: None,
+            info: Default::default(),
+            arguments: &arguments,
         };
         let _ = settle_devices::tools::call(&ctx, tool, &arguments, &caller);
     })

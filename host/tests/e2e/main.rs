@@ -10,12 +10,14 @@
 
 mod common;
 
+mod audit;
 mod commands;
 mod contract;
 mod fixtures;
 mod hello;
 mod homeassistant;
 mod hostile_device;
+mod install;
 mod layering;
 mod lifecycle;
 mod limits;
