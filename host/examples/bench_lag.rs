@@ -91,14 +91,23 @@ async fn main() -> anyhow::Result<()> {
         .spawn()
         .with_context(|| format!("starting {}", settle.display()))?;
     let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    // What settle said before it served, so a start that fails says why.
+    let mut said = Vec::new();
     let url = loop {
         let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
             .await
-            .context("settle did not start")??
-            .context("settle exited")?;
+            .context("settle did not start")??;
+        let Some(line) = line else {
+            anyhow::bail!(
+                "{} exited before serving (is it older than the plugin? `make bench` builds it):\n{}",
+                settle.display(),
+                said.join("\n")
+            );
+        };
         if let Some(rest) = line.split("serving MCP at ").nth(1) {
             break rest.trim().to_string();
         }
+        said.push(line);
     };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
 

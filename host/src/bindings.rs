@@ -8,7 +8,7 @@
 
 wasmtime::component::bindgen!({
     path: "../wit",
-    world: "settle:plugin/device-plugin",
+    world: "settle:plugin/mcp-plugin",
     imports: { default: async | trappable },
     exports: { default: async },
     with: {

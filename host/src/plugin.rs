@@ -5,7 +5,7 @@
 //! in a cache on disk under a key of their bytes and the engine's
 //! configuration; start-up and a swap to a known version skip Cranelift.
 
-use crate::bindings::DevicePluginPre;
+use crate::bindings::McpPluginPre;
 use crate::bindings::settle::plugin::types::Tool;
 use crate::state::HostState;
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use wasmtime::component::{Component, Linker};
 
 /// A compiled, linked plugin, ready to instantiate.
 pub struct Plugin {
-    pub(crate) pre: DevicePluginPre<HostState>,
+    pub(crate) pre: McpPluginPre<HostState>,
     /// Where it was loaded from, for logs and errors.
     pub source: PathBuf,
     /// SHA-256 of the component's bytes (hex): a reload of the same bytes
@@ -76,7 +76,7 @@ pub enum LoadError {
     },
     /// The component imports something the runner does not give, or does not
     /// export the plugin interface.
-    #[error("{path} does not fit the settle:plugin/device-plugin world: {message}")]
+    #[error("{path} does not fit the settle:plugin/mcp-plugin world: {message}")]
     Interface {
         /// The plugin path.
         path: PathBuf,
@@ -115,7 +115,7 @@ impl Plugin {
             .linker
             .instantiate_pre(&component)
             .map_err(interface)?;
-        let pre = DevicePluginPre::new(pre).map_err(interface)?;
+        let pre = McpPluginPre::new(pre).map_err(interface)?;
         Ok(Plugin {
             pre,
             source: path.to_path_buf(),

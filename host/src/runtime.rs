@@ -4,7 +4,7 @@
 //!
 //! Nothing outside this module touches `wasmtime::Config`.
 
-use crate::bindings::DevicePlugin;
+use crate::bindings::McpPlugin;
 use crate::bindings::settle::plugin::types::{
     CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
 };
@@ -400,7 +400,7 @@ impl Runtime {
 /// One call in progress: its store, instance and what judges its end.
 struct Call<'t> {
     store: Store<HostState>,
-    instance: DevicePlugin,
+    instance: McpPlugin,
     probe: Probe<'t>,
 }
 

@@ -1,6 +1,6 @@
 //! What every settle plugin shares.
 //!
-//! - [`bindings`]: the guest side of the `settle:plugin/device-plugin` world,
+//! - [`bindings`]: the guest side of the `settle:plugin/mcp-plugin` world,
 //!   generated here once for all plugins. A plugin implements
 //!   `bindings::exports::settle::plugin::plugin::Guest` and calls
 //!   [`export!`] (on `wasm32` only).
@@ -15,7 +15,7 @@ pub mod url;
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
-        world: "settle:plugin/device-plugin",
+        world: "settle:plugin/mcp-plugin",
         generate_all,
         pub_export_macro: true,
         default_bindings_module: "settle_plugin_sdk::bindings",

@@ -105,7 +105,7 @@ async fn a_broken_plugin_is_refused_and_the_old_one_keeps_serving() {
         ),
         (
             empty_component,
-            "does not fit the settle:plugin/device-plugin world",
+            "does not fit the settle:plugin/mcp-plugin world",
         ),
     ] {
         replace(plugin, &bytes);
