@@ -281,15 +281,19 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
         let through_settle = device_state_load(&url, concurrency, Duration::from_secs(3)).await?;
         let reads = sensor_reads(sim);
         let api = api.clone();
-        let direct = load(concurrency, Duration::from_secs(3), move |client, worker| {
-            let sensors = format!("{api}/api/v1/devices/{}/sensors", own_device(worker));
-            Box::pin(async move {
-                let response = client.get(&sensors).send().await?;
-                anyhow::ensure!(response.status().is_success());
-                response.bytes().await?;
-                Ok(())
-            })
-        })
+        let direct = load(
+            concurrency,
+            Duration::from_secs(3),
+            move |client, worker| {
+                let sensors = format!("{api}/api/v1/devices/{}/sensors", own_device(worker));
+                Box::pin(async move {
+                    let response = client.get(&sensors).send().await?;
+                    anyhow::ensure!(response.status().is_success());
+                    response.bytes().await?;
+                    Ok(())
+                })
+            },
+        )
         .await?;
         for (name, l) in [
             (
@@ -325,8 +329,14 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
             reads as f64 / through_settle.n as f64,
             through_settle.n
         );
-        curves.push((format!("settle get_device_state, c={concurrency}"), through_settle.sorted));
-        curves.push((format!("simulator directly, c={concurrency}"), direct.sorted));
+        curves.push((
+            format!("settle get_device_state, c={concurrency}"),
+            through_settle.sorted,
+        ));
+        curves.push((
+            format!("simulator directly, c={concurrency}"),
+            direct.sorted,
+        ));
     }
     let chart = chart_path();
     if let Some(parent) = chart.parent() {
@@ -718,7 +728,10 @@ async fn profile(sim: &device_sim::RunningSim, seconds: u64) -> anyhow::Result<(
     let store = dir.path().join("profile.redb");
     let (url, _stop) = serve(config(&sim.base_url(), store.to_str().unwrap(), "0")?).await?;
     device_state_load(&url, 1, Duration::from_secs(1)).await?;
-    println!("profiling: get_device_state at concurrency 1 for {seconds} s (pid {})", std::process::id());
+    println!(
+        "profiling: get_device_state at concurrency 1 for {seconds} s (pid {})",
+        std::process::id()
+    );
     let l = device_state_load(&url, 1, Duration::from_secs(seconds)).await?;
     println!(
         "  {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, n {}",

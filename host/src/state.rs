@@ -3,8 +3,8 @@
 
 use crate::capabilities::config::ConfigView;
 use crate::capabilities::http::PolicyHooks;
-use crate::capabilities::pool::ConnectionPool;
 use crate::capabilities::kv::{KvCtx, KvView};
+use crate::capabilities::pool::ConnectionPool;
 use crate::capabilities::runner::{RequestNotifier, RunnerView};
 use crate::context::TenantContext;
 use crate::store::Store;
