@@ -10,11 +10,14 @@ CARGO ?= cargo
 PLUGIN := target/wasm32-wasip2/release/settle_devices.wasm
 # Every plugin of the workspace, as cargo package arguments.
 PLUGINS := -p settle-devices -p settle-fixtures -p settle-hostile -p settle-hello
+# The plugin built into `settle` (host/build.rs): the one `make guest`
+# built, so cargo does not build it a second time in a target of its own.
+export SETTLE_BUILTIN_PLUGIN ?= $(CURDIR)/$(PLUGIN)
 SIM_ADDR ?= 127.0.0.1:8081
 HTTP_ADDR ?= 127.0.0.1:8080
 RUN_DIR := .run
 
-.PHONY: all build guest fixtures host run run-cluster redis test test-all lint test-unit test-e2e conformance bench bench-verdicts bench-scale fmt clean wasm-target
+.PHONY: install-check all build guest fixtures host run run-cluster redis test test-all lint test-unit test-e2e conformance bench bench-verdicts bench-scale fmt clean wasm-target
 
 all: build
 
@@ -31,7 +34,7 @@ guest: wasm-target
 fixtures: wasm-target
 	$(CARGO) build -p settle-fixtures -p settle-hostile -p settle-hello --target wasm32-wasip2 --release
 
-host:
+host: guest
 	$(CARGO) build --release -p settle -p device-sim
 
 build: guest host
@@ -50,7 +53,7 @@ run-cluster: build redis
 # Clippy twice: natively for every crate (the plugins' pure modules and unit
 # tests included), and for wasm32-wasip2 on the plugins, where their exports
 # are compiled.
-lint: wasm-target
+lint: guest
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy $(PLUGINS) --target wasm32-wasip2 -- -D warnings
@@ -75,8 +78,15 @@ test-e2e: guest fixtures redis
 # Unit and end-to-end tests in one cargo invocation, so every dependency is
 # built once. Redis is installed, so the store contract suite must run
 # against it too (it is skipped, and says so, only without redis-server).
-test-all: guest fixtures redis
-	SETTLE_REQUIRE_REDIS=1 $(CARGO) test --workspace
+test-all: guest fixtures redis install-check
+	SETTLE_REQUIRE_REDIS=1 SETTLE_INSTALLED_BINARY=$(INSTALL_ROOT)/bin/settle $(CARGO) test --workspace
+
+# `settle` built the way `cargo install --locked --path host` builds it (a
+# debug build, in the workspace's target directory so it shares what the
+# tests build), for the test that serves its built-in plugin.
+INSTALL_ROOT := $(CURDIR)/target/install
+install-check: guest
+	CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) install --locked --debug --quiet --path host --root $(INSTALL_ROOT)
 
 # The MCP conformance suite (2026-07-28, 2025-11-25, every tasks scenario)
 # against settle serving the fixture plugin, and the MCP Inspector CLI

@@ -30,7 +30,10 @@ wait_for() {
 pids+=($!)
 wait_for "${pids[-1]}" "$run_dir/sim.out" "listening"
 
+# The plugin file rather than the built-in copy, so that rebuilding it
+# (make guest) swaps it in while settle serves.
 ./target/release/settle serve --http "$http_addr" \
+  --plugin target/wasm32-wasip2/release/settle_devices.wasm \
   --device-api "http://$sim_addr" --store "$run_dir/settle.redb" 2>"$run_dir/settle.log" &
 pids+=($!)
 wait_for "${pids[-1]}" "$run_dir/settle.log" "serving MCP"
@@ -56,7 +59,6 @@ Or launch settle over stdio from the client instead:
     "settle": {
       "command": "$PWD/target/release/settle",
       "args": ["serve", "--stdio", "--device-api", "http://$sim_addr",
-               "--plugin", "$PWD/target/wasm32-wasip2/release/settle_devices.wasm",
                "--store", "$PWD/$run_dir/settle-stdio.redb"]
     }
   }

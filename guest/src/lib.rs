@@ -13,6 +13,7 @@
 //! - [`question`]: questions to a person and their answers (pure).
 //! - [`driver`]: device APIs mapped onto the model.
 //! - [`store`]: the records in key-value storage.
+//! - [`audit`]: the audit trail: a record per command as it ends.
 //! - [`platform`]: what the core needs from outside (clock, storage,
 //!   wakes, notices) as traits, with the component's implementation and an
 //!   in-memory one for native tests.
@@ -26,6 +27,7 @@
 //! This file only converts between WIT types and those modules.
 
 pub mod app;
+pub mod audit;
 pub mod device;
 pub mod driver;
 pub mod gate;
@@ -114,6 +116,11 @@ reported instead.";
             },
             input_responses: input_responses.as_ref(),
             request_state: request.request_state.as_deref(),
+            info: audit::ClientInfo {
+                name: request.client.client_name.clone(),
+                version: request.client.client_version.clone(),
+            },
+            arguments: &arguments,
         };
         let platform = WasiPlatform::open().map_err(CallError::Internal)?;
         let ctx = Context::load(&platform).map_err(CallError::Internal)?;

@@ -44,6 +44,14 @@ pub const KEYS: &[(&str, &str)] = &[
         "commands a device takes in any minute (0: no limit)",
     ),
     (
+        "audit_retention_ms",
+        "how long the audit trail keeps a record (30 days)",
+    ),
+    (
+        "audit_max_records",
+        "the most records the audit trail keeps (10,000; 0 keeps none)",
+    ),
+    (
         "safe_min_temperature",
         "lowest setpoint sent without confirmation",
     ),
@@ -122,6 +130,9 @@ impl Settings {
             safe_min_temperature: celsius("safe_min_temperature", 18.0)?,
             safe_max_temperature: celsius("safe_max_temperature", 28.0)?,
         };
+        // Read where each command ends; checked here so a bad value is
+        // refused when the plugin loads.
+        crate::audit::Retention::from_lookup(&lookup)?;
         if settings.safe_min_temperature > settings.safe_max_temperature {
             return Err(format!(
                 "plugin configuration: safe_min_temperature {} is above safe_max_temperature {}",

@@ -3,7 +3,8 @@
 //!
 //! Every write goes through compare-and-swap. Every change to a task is
 //! published to the runner (for listeners and callers waiting inline) and
-//! rescheduled in one place: [`Store::commit`].
+//! rescheduled in one place: [`Store::commit`]. The change that ends a
+//! task also writes its [`crate::audit`] record.
 
 use crate::device::{DeviceModel, Waiter, state_digest};
 use crate::driver::Reading;
@@ -137,14 +138,17 @@ impl<'p> Store<'p> {
         mut change: impl FnMut(&mut TaskRecord) -> bool,
     ) -> Result<Option<(TaskRecord, bool)>, String> {
         let key = task_key(id);
+        let mut ended = false;
         let outcome = cas_update(self.platform.kv(), &key, |current| {
             let Some(bytes) = current else {
                 return Ok(CasUpdate::Keep(None));
             };
             let mut record = decode(&key, bytes)?;
             let before = record.to_detailed_json();
+            let was_terminal = record.is_terminal();
             if change(&mut record) {
                 let visible = record.to_detailed_json() != before;
+                ended = !was_terminal && record.is_terminal();
                 Ok(CasUpdate::Write(
                     encode(&record),
                     Some((record, true, visible)),
@@ -154,6 +158,19 @@ impl<'p> Store<'p> {
             }
         })?;
         if let Some((record, true, visible)) = &outcome {
+            if ended {
+                // The write that ended it happens once (terminal states
+                // never change), so each task is recorded once. A record
+                // that cannot be written is logged; the task has ended
+                // regardless, and its listeners must still hear of it.
+                let entry = crate::audit::Entry::of_task(record);
+                if let Err(e) = crate::audit::append(self.platform, &entry) {
+                    self.platform.log(
+                        crate::platform::Level::Warn,
+                        &format!("audit trail: task {} not recorded: {e}", record.id),
+                    );
+                }
+            }
             self.commit(record, now_ms, *visible)?;
         }
         Ok(outcome.map(|(record, changed, _)| (record, changed)))

@@ -11,9 +11,6 @@ use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// Where `make build` leaves the device plugin.
-pub const DEFAULT_PLUGIN: &str = "target/wasm32-wasip2/release/settle_devices.wasm";
-
 #[derive(Parser, Debug)]
 #[command(
     name = "settle",
@@ -28,9 +25,24 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// Parses the process's arguments; `--version` also names the
+    /// built-in plugin and its component's hash.
+    pub fn parse_args() -> Cli {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command()
+            .version(crate::builtin::version())
+            .get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// The audit trail of a running server: every command as it ended
+    /// (completed, failed, cancelled, gated, declined), read over MCP.
+    Tasks(TasksArgs),
     /// Serve MCP over stdio (the default) or Streamable HTTP.
     Serve(Box<ServeArgs>),
     /// Make a running `settle serve` reload every tenant's plugin (sends it
@@ -87,8 +99,10 @@ pub struct ServeArgs {
     #[arg(long, env = "SETTLE_PID_FILE", value_name = "PATH")]
     pub pid_file: Option<PathBuf>,
 
-    /// The plugin component to load.
-    #[arg(long, env = "SETTLE_PLUGIN", value_name = "PATH", default_value = DEFAULT_PLUGIN)]
+    /// The plugin component to load: a `.wasm` file, or `builtin` for the
+    /// plugin built into this binary (the default when it has one; see
+    /// `settle --version`).
+    #[arg(long, env = "SETTLE_PLUGIN", value_name = "PATH", default_value = crate::builtin::default_plugin())]
     pub plugin: PathBuf,
 
     /// Base URL of the device API the plugin talks to (plugin setting
@@ -382,4 +396,59 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
     }
+}
+
+/// `settle tasks`: which server, and how to print.
+#[derive(Args, Debug)]
+pub struct TasksArgs {
+    /// What to show.
+    #[command(subcommand)]
+    pub command: TasksCommand,
+    /// The server's MCP endpoint (a tenant's: `/t/NAME/mcp`).
+    #[arg(
+        long,
+        env = "SETTLE_URL",
+        default_value = "http://127.0.0.1:8080/mcp",
+        global = true
+    )]
+    pub url: String,
+    /// The MCP bearer token of that endpoint, if it has one.
+    #[arg(long, env = "SETTLE_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// JSON for scripts (`list`: one array; `watch`: one record a line)
+    /// instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `settle tasks` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum TasksCommand {
+    /// The records that match, newest first.
+    List(TasksFilter),
+    /// One task's record, in full.
+    Show {
+        /// The task id.
+        id: String,
+    },
+    /// Prints records as they are added, until interrupted.
+    Watch(TasksFilter),
+}
+
+/// Which records.
+#[derive(Args, Debug, Clone)]
+pub struct TasksFilter {
+    /// Only this device's.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Only these: completed, failed, cancelled, gated or declined.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Only those that ended since: a time ago (90s, 30m, 12h, 7d) or ms
+    /// since the epoch.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// At most this many (1..=1000).
+    #[arg(long, default_value_t = 100)]
+    pub limit: u32,
 }

@@ -20,10 +20,12 @@
 //! - [`relay`]: carrying those notices between replicas (Redis pub/sub).
 //! - [`tenant`]: tenants (their context and current plugin), by name and namespace.
 //! - [`context`]: what every plugin call of a tenant shares: settings, limits, allow-list.
+//! - [`builtin`]: the plugin built into the binary, named `builtin`.
 //! - [`plugin`]: a compiled, linked plugin, and the cache of compiled components.
 //! - [`config`]: flags and the tenants file, checked into a runner's configuration.
 //! - [`secret`]: tokens that never show in logs.
 //! - [`swap`]: replacing a tenant's plugin while it serves.
+//! - [`tasks`]: `settle tasks`: a running server's audit trail, over MCP.
 //! - [`metrics`]: what operators see at `/metrics`.
 //! - [`drain`]: counting calls in flight for an orderly shutdown.
 //!
@@ -37,6 +39,7 @@ pub mod admit;
 pub mod app;
 #[allow(missing_docs)]
 pub mod bindings;
+pub mod builtin;
 pub mod capabilities;
 pub mod cli;
 pub mod config;
@@ -55,4 +58,5 @@ pub mod secret;
 pub mod state;
 pub mod store;
 pub mod swap;
+pub mod tasks;
 pub mod tenant;

@@ -1,7 +1,6 @@
 //! `settle`: the runner binary. See `settle --help`.
 
 use anyhow::Context;
-use clap::Parser;
 use settle::app::Runner;
 use settle::cli::{Cli, Command, ReloadArgs, ServeArgs};
 use settle::config::RunnerConfig;
@@ -126,13 +125,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(*args).await,
         Command::Reload(args) => reload(args),
+        Command::Tasks(args) => settle::tasks::run(args).await,
     }
 }
 
 #[tokio::main]
 async fn main() {
     init_logging();
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     let code = match run(cli).await {
         Ok(()) => 0,
         Err(e) => {

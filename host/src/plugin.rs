@@ -89,7 +89,7 @@ impl Plugin {
     /// Compiles (or takes from the cache), checks and links the component
     /// at `path`.
     pub(crate) fn load(loader: &Loader<'_>, path: &Path) -> Result<Plugin, LoadError> {
-        let bytes = std::fs::read(path).map_err(|reason| LoadError::Read {
+        let bytes = crate::builtin::read(path).map_err(|reason| LoadError::Read {
             path: path.to_path_buf(),
             reason,
         })?;

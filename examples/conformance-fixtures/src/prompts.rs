@@ -206,6 +206,8 @@ mod tests {
             elicitation,
             sampling: false,
             roots: false,
+            client_name: None,
+            client_version: None,
         }
     }
 

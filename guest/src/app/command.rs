@@ -8,6 +8,7 @@
 //! fields are superseded there, and the task waits on the device's reads.
 
 use super::{Caller, Context, Failure, Output};
+use crate::audit::{self, Entry, Outcome};
 use crate::device::Commanded;
 use crate::driver::{DriverError, Reading};
 use crate::gate::{self, Readability, Rules};
@@ -54,21 +55,51 @@ pub fn run(
             describe(&pairs),
             reasons.join("; ")
         );
+        let not_sent = |outcome: Outcome, message: String| {
+            let now = ctx.now_ms();
+            let entry = Entry {
+                id: ctx.platform.random_id(),
+                device_id: device_id.to_string(),
+                tool: tool.to_string(),
+                client: caller.info.clone(),
+                arguments: caller.arguments.clone(),
+                outcome,
+                sent: None,
+                observed: None,
+                reason: Some("gate".to_string()),
+                message: message.clone(),
+                accepted_at_ms: now,
+                sent_at_ms: None,
+                ended_at_ms: now,
+            };
+            // Nothing was sent either way; a record that cannot be
+            // written is logged, and the caller still hears why.
+            if let Err(e) = audit::append(ctx.platform, &entry) {
+                ctx.platform.log(
+                    crate::platform::Level::Warn,
+                    &format!("audit trail: a {tool} on {device_id} not sent, not recorded: {e}"),
+                );
+            }
+            Failure::Tool(message)
+        };
         match confirmation(caller, tool, device_id, &pairs, &question) {
             Confirmation::OnTask => held_for_confirmation = Some(question),
             Confirmation::Given => {}
             Confirmation::Ask(questions) => return Ok(Output::Questions(questions)),
             Confirmation::Declined => {
-                return Err(Failure::Tool(format!(
-                    "not confirmed, so nothing was sent: {}",
-                    reasons.join("; ")
-                )));
+                return Err(not_sent(
+                    Outcome::Declined,
+                    format!("not confirmed, so nothing was sent: {}", reasons.join("; ")),
+                ));
             }
             Confirmation::Impossible => {
-                return Err(Failure::Tool(format!(
-                    "needs confirmation; nothing was sent: {}. Ask the user, and if they agree call {tool} again with confirm: true",
-                    reasons.join("; ")
-                )));
+                return Err(not_sent(
+                    Outcome::Gated,
+                    format!(
+                        "needs confirmation; nothing was sent: {}. Ask the user, and if they agree call {tool} again with confirm: true",
+                        reasons.join("; ")
+                    ),
+                ));
             }
         }
     }
@@ -98,6 +129,8 @@ pub fn run(
         now,
     );
     record.can_ask = caller.client.tasks && caller.client.elicitation;
+    record.client = Some(caller.info.clone());
+    record.arguments = Some(caller.arguments.clone());
     if let Some(question) = held_for_confirmation {
         // Nothing is sent until the answer comes through tasks/update; the
         // only wake is the deadline, where an unanswered task expires.

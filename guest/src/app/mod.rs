@@ -44,6 +44,10 @@ pub struct Caller<'a> {
     pub input_responses: Option<&'a Json>,
     /// MRTR state on a retried call.
     pub request_state: Option<&'a str>,
+    /// The client's name and version, for the audit trail.
+    pub info: crate::audit::ClientInfo,
+    /// The tool's arguments as sent, for the audit trail.
+    pub arguments: &'a Json,
 }
 
 /// What a tool produced.

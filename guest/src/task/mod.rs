@@ -305,7 +305,24 @@ pub struct TaskRecord {
     /// A person accepted the value the device settled on.
     #[serde(default)]
     pub accepted_as_is: bool,
+    /// The client that asked, as it named itself (for the audit trail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientInfo>,
+    /// The tool's arguments as the client sent them (for the audit trail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Value>,
 }
+
+/// The client that asked for a command, as it named itself (MCP
+/// `clientInfo`; self-reported, so kept for records, never for decisions).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClientInfo {
+    pub name: Option<String>,
+    pub version: Option<String>,
+}
+
+/// The message of a task whose confirmation a person declined.
+pub const DECLINED: &str = "not sent: the confirmation was declined";
 
 /// What one device read shows a task: the reading (or why there was none),
 /// and the device model's view of it.
@@ -364,6 +381,8 @@ impl TaskRecord {
             asked: 0,
             can_ask: false,
             accepted_as_is: false,
+            client: None,
+            arguments: None,
         }
     }
 
@@ -421,12 +440,7 @@ impl TaskRecord {
                 AfterAnswer::Send
             }
             (QuestionKind::Confirm, _) => {
-                self.finish(
-                    now_ms,
-                    Status::Cancelled,
-                    None,
-                    "not sent: the confirmation was declined".to_string(),
-                );
+                self.finish(now_ms, Status::Cancelled, None, DECLINED.to_string());
                 AfterAnswer::Nothing
             }
             (QuestionKind::AcceptDifferent, Reply::Yes) => {

@@ -445,6 +445,8 @@ impl Run<'_> {
                 client,
                 input_responses: None,
                 request_state: None,
+                info: Default::default(),
+                arguments: &args,
             },
         );
         if let Ok(Output::Questions(questions)) = &outcome {
@@ -460,6 +462,8 @@ impl Run<'_> {
                     client,
                     input_responses: Some(&answers),
                     request_state: state.as_deref(),
+                    info: Default::default(),
+                    arguments: &args,
                 },
             );
         }

@@ -396,7 +396,10 @@ fn tenant(
     let draft = TenantDraft {
         name: name.clone(),
         namespace: section.namespace.as_ref().map(|n| n.get_ref().clone()),
-        plugin: at.base.join(section.plugin.get_ref()),
+        plugin: match section.plugin.get_ref() {
+            name if name == crate::builtin::NAME => name.into(),
+            path => at.base.join(path),
+        },
         settings,
         aliases,
         allow_outbound: section
@@ -506,6 +509,19 @@ mod tests {
         assert!(file.admin_token.is_none());
         let origins: Vec<String> = t.policy.origins().iter().map(|o| o.to_string()).collect();
         assert_eq!(origins, ["http://127.0.0.1:8081"]);
+    }
+
+    #[test]
+    fn builtin_names_the_plugin_inside_the_binary_not_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let parsed = parse(dir.path(), &alice(crate::builtin::NAME));
+        if crate::builtin::bytes().is_some() {
+            let file = parsed.unwrap();
+            assert_eq!(file.tenants[0].plugin, Path::new(crate::builtin::NAME));
+        } else {
+            // Built with SETTLE_BUILTIN_PLUGIN=none: there is nothing to name.
+            assert!(parsed.is_err());
+        }
     }
 
     #[test]

@@ -153,7 +153,7 @@ impl TenantDraft {
                 "must use a-z, 0-9, - and _, starting with a letter or digit",
             ));
         }
-        if !self.plugin.is_file() {
+        if !crate::builtin::exists(&self.plugin) {
             return Err(problem(
                 Field::Plugin,
                 format!("{} does not exist", self.plugin.display()),

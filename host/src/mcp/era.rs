@@ -97,6 +97,7 @@ pub fn missing_tasks() -> ErrorData {
 /// What the client declared, as the plugin receives it.
 pub fn client_context(cx: &RequestContext<RoleServer>) -> ClientContext {
     let caps = cx.client_capabilities().unwrap_or_default();
+    let info = cx.client_info();
     ClientContext {
         protocol_version: cx
             .protocol_version()
@@ -106,6 +107,8 @@ pub fn client_context(cx: &RequestContext<RoleServer>) -> ClientContext {
         elicitation: caps.elicitation.is_some(),
         sampling: caps.sampling.is_some(),
         roots: caps.roots.is_some(),
+        client_name: info.as_ref().map(|i| i.name.clone()),
+        client_version: info.map(|i| i.version),
     }
 }
 

@@ -4,7 +4,9 @@
 //! error (rmcp answers plain text), an `Origin` allow-list (rmcp checks
 //! `Host` by default but `Origin` only when told to), and a count of
 //! responses still being sent, so shutdown waits until each answer has
-//! actually left.
+//! actually left. A legacy session's `DELETE` is answered `204 No Content`
+//! (rmcp answers `202`, which the official Python SDK logs as a failed
+//! termination on every close).
 
 use super::handler::Settle;
 use super::{frame, listen};
@@ -76,6 +78,22 @@ pub fn router(
         .layer(middleware::from_fn(move |request, next| {
             check_frame(responses.clone(), request, next)
         }))
+        .layer(middleware::from_fn(end_session))
+}
+
+/// A legacy session's `DELETE` that rmcp accepted (`202`) is answered
+/// `204 No Content`: the session is closed by then, and clients (the
+/// official Python SDK among them) expect 200 or 204. Other answers (no
+/// session id, wrong protocol version, a modern client's 405) pass as rmcp
+/// gave them.
+async fn end_session(request: Request, next: Next) -> Response {
+    let delete = request.method() == Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+        *response.body_mut() = Body::empty();
+    }
+    response
 }
 
 /// `/healthz` (the process answers) and `/readyz` (the store answers and

@@ -408,8 +408,14 @@ impl Process {
     /// Starts `settle serve --http 127.0.0.1:0` with exactly `args` (no
     /// default plugin: for `--config`).
     pub async fn start_with(args: &[&str]) -> Process {
+        Process::start_binary(env!("CARGO_BIN_EXE_settle").as_ref(), args).await
+    }
+
+    /// Starts `BINARY serve --http 127.0.0.1:0` with exactly `args`: the
+    /// binary the tests built, or another build of it.
+    pub async fn start_binary(binary: &std::path::Path, args: &[&str]) -> Process {
         use tokio::io::AsyncBufReadExt;
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_settle"))
+        let mut child = tokio::process::Command::new(binary)
             .args(["serve", "--http", "127.0.0.1:0"])
             .args(args)
             .env("NO_COLOR", "1")

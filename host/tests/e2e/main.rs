@@ -10,11 +10,13 @@
 
 mod common;
 
+mod audit;
 mod commands;
 mod contract;
 mod fixtures;
 mod hello;
 mod homeassistant;
+mod install;
 mod layering;
 mod lifecycle;
 mod mcp_http;

@@ -356,3 +356,61 @@ async fn a_client_without_tasks_never_gets_a_create_task_result() {
     );
     server.stop().await;
 }
+
+/// The official Python SDK (`mcp` 2.3) ends a legacy session with `DELETE`
+/// and logs "Session termination failed" unless the answer is 200 or 204.
+#[tokio::test]
+async fn a_legacy_session_delete_is_answered_no_content() {
+    let (_sim, server) = setup(100, &[]).await;
+    let http = reqwest::Client::new();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "delete-test", "version": "1"}}});
+    let response = http
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(init.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .expect("a legacy initialize opens a session")
+        .to_str()
+        .unwrap()
+        .to_string();
+    let delete = || {
+        http.delete(&server.url)
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .send()
+    };
+    let response = delete().await.unwrap();
+    assert_eq!(response.status().as_u16(), 204);
+    assert!(response.bytes().await.unwrap().is_empty());
+    // The session is gone: using it again is not found.
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    let response = http
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(list)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 404);
+    // A DELETE without a session id is still refused, not "no content".
+    let response = http
+        .delete(&server.url)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(response.status().as_u16(), 204);
+    server.stop().await;
+}

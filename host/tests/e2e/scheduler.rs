@@ -21,6 +21,8 @@ fn task_client() -> ClientContext {
         elicitation: false,
         sampling: false,
         roots: false,
+        client_name: Some("scheduler-test".into()),
+        client_version: None,
     }
 }
 

@@ -484,7 +484,8 @@ async fn device_state_is_a_readable_and_subscribable_resource() {
         uris,
         [
             "settle://devices/ac-living/state",
-            "settle://devices/ac-bedroom/state"
+            "settle://devices/ac-bedroom/state",
+            "settle://audit"
         ]
     );
     let read = client

@@ -191,6 +191,8 @@ pub(crate) mod testing {
             elicitation,
             sampling,
             roots,
+            client_name: None,
+            client_version: None,
         }
     }
 
