@@ -1,10 +1,10 @@
 //! Keep-alive connections for outbound plain-HTTP requests.
 //!
 //! wasmtime's `default_send_request` opens a TCP connection for every
-//! request and closes it with the response. Every plugin call that reads a
-//! device then pays a connect, a handshake and, on the device's side, an
-//! accept; on loopback that was the largest single cost of a
-//! `get_device_state` (see `docs/performance.md`). This pool keeps HTTP/1
+//! request and closes it with the response. Every plugin call that reaches
+//! out then pays a connect, a handshake and, on the server's side, an
+//! accept; on loopback that was the largest single cost of a plugin call
+//! that makes one request (see `docs/performance.md`). This pool keeps HTTP/1
 //! connections open once a response has been read to its end and hands them
 //! to the next request for the same tenant and origin.
 //!
