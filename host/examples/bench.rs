@@ -104,13 +104,16 @@ struct Load {
     p50: Duration,
     p99: Duration,
     n: usize,
+    /// Every latency, sorted: what the percentile chart draws.
+    sorted: Vec<Duration>,
 }
 
-/// Sends requests from `concurrency` workers for `duration`.
+/// Sends requests from `concurrency` workers for `duration`; `send` is
+/// given the worker's number.
 async fn load(
     concurrency: usize,
     duration: Duration,
-    send: impl Fn(reqwest::Client) -> futures::future::BoxFuture<'static, anyhow::Result<()>>
+    send: impl Fn(reqwest::Client, usize) -> futures::future::BoxFuture<'static, anyhow::Result<()>>
     + Send
     + Sync
     + 'static,
@@ -119,13 +122,13 @@ async fn load(
     let client = reqwest::Client::new();
     let started = Instant::now();
     let mut workers = Vec::new();
-    for _ in 0..concurrency {
+    for worker in 0..concurrency {
         let (send, client) = (send.clone(), client.clone());
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             while started.elapsed() < duration {
                 let t = Instant::now();
-                send(client.clone()).await?;
+                send(client.clone(), worker).await?;
                 latencies.push(t.elapsed());
             }
             anyhow::Ok(latencies)
@@ -142,6 +145,7 @@ async fn load(
         p50: percentile(&all, 0.5),
         p99: percentile(&all, 0.99),
         n: all.len(),
+        sorted: all,
     })
 }
 
@@ -214,18 +218,57 @@ async fn serve(config: RunnerConfig) -> anyhow::Result<(String, tokio::sync::one
     Ok((url, stop))
 }
 
-async fn http_throughput(api: &str) -> anyhow::Result<()> {
+/// The device the headline rows give worker `worker`: each worker reads its
+/// own, so coalescing reads of one device could not inflate the figures.
+fn own_device(worker: usize) -> String {
+    format!("ac-{worker:05}")
+}
+
+/// Sensor reads the simulator served, over all devices.
+fn sensor_reads(sim: &device_sim::RunningSim) -> u64 {
+    sim.sim().stats().devices.values().map(|d| d.sensor).sum()
+}
+
+/// `get_device_state` through settle, `concurrency` workers for `duration`.
+async fn device_state_load(
+    url: &str,
+    concurrency: usize,
+    duration: Duration,
+) -> anyhow::Result<Load> {
+    let mcp_url = url.to_string();
+    load(concurrency, duration, move |client, worker| {
+        let request = mcp_request(
+            &client,
+            &mcp_url,
+            1,
+            "tools/call",
+            json!({"name": "get_device_state", "arguments": {"device_id": own_device(worker)}}),
+        );
+        Box::pin(async move {
+            let reply = message(request.send().await?).await?;
+            anyhow::ensure!(reply["result"]["isError"] == false, "call failed: {reply}");
+            Ok(())
+        })
+    })
+    .await
+}
+
+async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
+    let api = sim.base_url();
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("http.redb");
-    let (url, _stop) = serve(config(api, store.to_str().unwrap(), "0")?).await?;
-    println!("## get_device_state over HTTP (3 s per row; client in the same process)");
+    let (url, _stop) = serve(config(&api, store.to_str().unwrap(), "0")?).await?;
+    println!(
+        "## get_device_state over HTTP (3 s per row; client in the same process; each worker its own device)"
+    );
     println!(
         "  {:<40} {:>10} {:>10} {:>10} {:>8}",
         "", "req/s", "p50 µs", "p99 µs", "n"
     );
+    let mut curves = Vec::new();
     for concurrency in [1, 8] {
         let mcp_url = url.clone();
-        let no_io = load(concurrency, Duration::from_secs(3), move |client| {
+        let no_io = load(concurrency, Duration::from_secs(3), move |client, _| {
             let request = mcp_request(&client, &mcp_url, 1, "tools/call", json!({"name": "get_task", "arguments": {"task_id": "0123456789abcdef0123456789abcdef"}}));
             Box::pin(async move {
                 let reply = message(request.send().await?).await?;
@@ -234,32 +277,23 @@ async fn http_throughput(api: &str) -> anyhow::Result<()> {
             })
         })
         .await?;
-        let mcp_url = url.clone();
-        let through_settle = load(concurrency, Duration::from_secs(3), move |client| {
-            let request = mcp_request(
-                &client,
-                &mcp_url,
-                1,
-                "tools/call",
-                json!({"name": "get_device_state", "arguments": {"device_id": "ac-living"}}),
-            );
-            Box::pin(async move {
-                let reply = message(request.send().await?).await?;
-                anyhow::ensure!(reply["result"]["isError"] == false, "call failed: {reply}");
-                Ok(())
-            })
-        })
-        .await?;
-        let sensors = format!("{api}/api/v1/devices/ac-living/sensors");
-        let direct = load(concurrency, Duration::from_secs(3), move |client| {
-            let sensors = sensors.clone();
-            Box::pin(async move {
-                let response = client.get(&sensors).send().await?;
-                anyhow::ensure!(response.status().is_success());
-                response.bytes().await?;
-                Ok(())
-            })
-        })
+        sim.sim().reset_stats();
+        let through_settle = device_state_load(&url, concurrency, Duration::from_secs(3)).await?;
+        let reads = sensor_reads(sim);
+        let api = api.clone();
+        let direct = load(
+            concurrency,
+            Duration::from_secs(3),
+            move |client, worker| {
+                let sensors = format!("{api}/api/v1/devices/{}/sensors", own_device(worker));
+                Box::pin(async move {
+                    let response = client.get(&sensors).send().await?;
+                    anyhow::ensure!(response.status().is_success());
+                    response.bytes().await?;
+                    Ok(())
+                })
+            },
+        )
         .await?;
         for (name, l) in [
             (
@@ -285,11 +319,31 @@ async fn http_throughput(api: &str) -> anyhow::Result<()> {
             );
         }
         println!(
-            "  ratio at concurrency {concurrency}: settle/direct throughput {:.2}, p50 latency x{:.1}",
+            "  ratio at concurrency {concurrency}: settle/direct throughput {:.2} (goal at c=8: at least 0.50), p50 latency x{:.1}, settle adds {:.0} µs at p50 (goal at c=1: at most 150)",
             through_settle.rps / direct.rps,
-            micros(through_settle.p50) / micros(direct.p50)
+            micros(through_settle.p50) / micros(direct.p50),
+            micros(through_settle.p50) - micros(direct.p50),
         );
+        println!(
+            "  device reads per get_device_state: {:.3} ({reads} reads for {} calls)",
+            reads as f64 / through_settle.n as f64,
+            through_settle.n
+        );
+        curves.push((
+            format!("settle get_device_state, c={concurrency}"),
+            through_settle.sorted,
+        ));
+        curves.push((
+            format!("simulator directly, c={concurrency}"),
+            direct.sorted,
+        ));
     }
+    let chart = chart_path();
+    if let Some(parent) = chart.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&chart, latency_chart(&curves))?;
+    println!("  latency percentiles drawn to {}", chart.display());
 
     let client = reqwest::Client::new();
     let reply = message(
@@ -308,6 +362,101 @@ async fn http_throughput(api: &str) -> anyhow::Result<()> {
         "  result: {bytes} bytes for {tools} tools (goal: at most 3,000; the design this replaces: 5,082 for 8)"
     );
     Ok(())
+}
+
+/// Where the latency chart goes: `BENCH_CHART`, or `target/bench/latency.svg`.
+fn chart_path() -> PathBuf {
+    std::env::var_os("BENCH_CHART").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bench/latency.svg"),
+        PathBuf::from,
+    )
+}
+
+/// The percentiles the chart plots: 0 to 99.9, denser near the tail.
+const CHART_PERCENTILES: [f64; 12] = [
+    0.0, 10.0, 25.0, 50.0, 75.0, 90.0, 95.0, 98.0, 99.0, 99.5, 99.8, 99.9,
+];
+
+/// An SVG line chart of latency (log scale, µs) against percentile, one
+/// line per curve; written by hand so the benchmark needs no plotting crate.
+fn latency_chart(curves: &[(String, Vec<Duration>)]) -> String {
+    const COLOURS: [&str; 4] = ["#d62728", "#1f77b4", "#ff7f0e", "#2ca02c"];
+    const DASHES: [&str; 4] = ["", "6 4", "", "6 4"];
+    let (width, height) = (760.0, 440.0);
+    let (left, right, top, bottom) = (70.0, 250.0, 30.0, 60.0);
+    let (plot_w, plot_h) = (width - left - right, height - top - bottom);
+    let points: Vec<Vec<f64>> = curves
+        .iter()
+        .map(|(_, sorted)| {
+            CHART_PERCENTILES
+                .iter()
+                .map(|p| micros(percentile(sorted, p / 100.0)).max(1.0))
+                .collect()
+        })
+        .collect();
+    let all = points.iter().flatten().copied();
+    let lo = all.clone().fold(f64::MAX, f64::min).log10().floor();
+    let hi = all.fold(1.0, f64::max).log10().ceil().max(lo + 1.0);
+    let x = |i: usize| left + plot_w * i as f64 / (CHART_PERCENTILES.len() - 1) as f64;
+    let y = |us: f64| top + plot_h * (1.0 - (us.log10() - lo) / (hi - lo));
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">
+<rect width="100%" height="100%" fill="white"/>
+<text x="{left}" y="18" font-size="14">get_device_state through settle against the simulator directly: latency by percentile</text>
+"#
+    );
+    for decade in lo as i32..=hi as i32 {
+        let us = 10f64.powi(decade);
+        let label = if us >= 1000.0 {
+            format!("{} ms", us / 1000.0)
+        } else {
+            format!("{us} µs")
+        };
+        svg += &format!(
+            r##"<line x1="{left}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{label}</text>
+"##,
+            left + plot_w,
+            left - 6.0,
+            y(us) + 4.0,
+            yy = y(us),
+        );
+    }
+    for (i, p) in CHART_PERCENTILES.iter().enumerate() {
+        svg += &format!(
+            r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{top}" y2="{}" stroke="#eee"/><text x="{xx:.1}" y="{}" text-anchor="middle">p{p}</text>
+"##,
+            top + plot_h,
+            top + plot_h + 16.0,
+            xx = x(i),
+        );
+    }
+    svg += &format!(
+        r#"<text x="{}" y="{}" text-anchor="middle">percentile (not to scale)</text>
+"#,
+        left + plot_w / 2.0,
+        height - 18.0
+    );
+    for (n, ((name, _), ys)) in curves.iter().zip(&points).enumerate() {
+        let path: Vec<String> = ys
+            .iter()
+            .enumerate()
+            .map(|(i, us)| format!("{:.1},{:.1}", x(i), y(*us)))
+            .collect();
+        let (colour, dash) = (COLOURS[n % 4], DASHES[n % 4]);
+        svg += &format!(
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}" points="{}"/>
+<line x1="{lx}" x2="{}" y1="{ly}" y2="{ly}" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}"/><text x="{}" y="{}">{name} (p50 {:.0} µs)</text>
+"#,
+            path.join(" "),
+            left + plot_w + 40.0,
+            left + plot_w + 46.0,
+            top + 24.0 * n as f64 + 4.0,
+            ys[3],
+            lx = left + plot_w + 10.0,
+            ly = top + 24.0 * n as f64,
+        );
+    }
+    svg + "</svg>\n"
 }
 
 async fn time_to_completed() -> anyhow::Result<()> {
@@ -466,7 +615,7 @@ async fn tasks_at_scale() -> anyhow::Result<()> {
     for concurrency in [1, 8] {
         let (ids, url) = (ids.clone(), url.clone());
         let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let l = load(concurrency, Duration::from_secs(3), move |client| {
+        let l = load(concurrency, Duration::from_secs(3), move |client, _| {
             let n = counter.fetch_add(7919, std::sync::atomic::Ordering::Relaxed) % ids.len();
             let id = ids[n].clone();
             let request = client
@@ -566,17 +715,49 @@ async fn notification_delay(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--profile SECONDS`: only `get_device_state` at concurrency 1, for that
+/// long, so a profiler attached to the process sees one kind of call.
+fn profile_seconds() -> Option<u64> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|a| a == "--profile")?;
+    args.get(at + 1).and_then(|s| s.parse().ok())
+}
+
+async fn profile(sim: &device_sim::RunningSim, seconds: u64) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("profile.redb");
+    let (url, _stop) = serve(config(&sim.base_url(), store.to_str().unwrap(), "0")?).await?;
+    device_state_load(&url, 1, Duration::from_secs(1)).await?;
+    println!(
+        "profiling: get_device_state at concurrency 1 for {seconds} s (pid {})",
+        std::process::id()
+    );
+    let l = device_state_load(&url, 1, Duration::from_secs(seconds)).await?;
+    println!(
+        "  {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, n {}",
+        l.rps,
+        micros(l.p50),
+        micros(l.p99),
+        l.n
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(plugin().exists(), "build the plugin first: make guest");
     println!("settle benchmark, {}", std::env::consts::ARCH);
     let sim = device_sim::spawn(SimConfig {
+        devices: device_sim::DeviceSpec::numbered(8),
         delay: Duration::from_millis(100),
         ..SimConfig::default()
     })
     .await?;
+    if let Some(seconds) = profile_seconds() {
+        return profile(&sim, seconds).await;
+    }
     sandbox_cost(&sim.base_url()).await?;
-    http_throughput(&sim.base_url()).await?;
+    http_throughput(&sim).await?;
     time_to_completed().await?;
     tasks_at_scale().await?;
     Ok(())

@@ -9,6 +9,7 @@ use crate::bindings::settle::plugin::types::{
     CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
 };
 use crate::capabilities;
+use crate::capabilities::pool::ConnectionPool;
 use crate::capabilities::runner::RequestNotifier;
 use crate::plugin::{LoadError, Loader, Plugin, PluginInfo};
 use crate::state::{HostState, MemoryLimitExceeded, STDERR_CAPTURE_BYTES};
@@ -77,6 +78,8 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
     store: StateStore,
+    /// Outbound keep-alive connections, shared by every call.
+    pool: Arc<ConnectionPool>,
     ticker_stop: Arc<AtomicBool>,
     /// Where compiled plugins are kept so start-up and swaps skip Cranelift;
     /// `None` compiles every time.
@@ -109,6 +112,11 @@ fn engine_config() -> Config {
     pool.table_keep_resident(KEEP_RESIDENT_BYTES / 16);
     pool.decommit_batch_size(DECOMMIT_BATCH);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    // For profiling only: names the plugin's compiled functions in
+    // /tmp/perf-PID.map, so `perf report` can attribute time inside them.
+    if std::env::var_os("SETTLE_PERF_MAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     config
 }
 
@@ -143,6 +151,7 @@ impl Runtime {
             engine,
             linker,
             store,
+            pool: ConnectionPool::new(),
             ticker_stop,
             cache_dir,
         })
@@ -197,6 +206,7 @@ impl Runtime {
             self.store.clone(),
             stderr.clone(),
             request,
+            self.pool.clone(),
         );
         let memory_hit = state.limiter.hit.clone();
         let mut store = Store::new(&self.engine, state);

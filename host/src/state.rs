@@ -4,6 +4,7 @@
 use crate::capabilities::config::ConfigView;
 use crate::capabilities::http::PolicyHooks;
 use crate::capabilities::kv::{KvCtx, KvView};
+use crate::capabilities::pool::ConnectionPool;
 use crate::capabilities::runner::{RequestNotifier, RunnerView};
 use crate::context::TenantContext;
 use crate::store::Store;
@@ -46,6 +47,7 @@ impl HostState {
         store: Store,
         stderr: MemoryOutputPipe,
         request: Option<Arc<dyn RequestNotifier>>,
+        pool: Arc<ConnectionPool>,
     ) -> HostState {
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr)
@@ -59,6 +61,7 @@ impl HostState {
             http: WasiHttpCtx::new(),
             hooks: PolicyHooks {
                 tenant: tenant.clone(),
+                pool,
             },
             kv: KvCtx {
                 store,

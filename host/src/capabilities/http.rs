@@ -4,6 +4,7 @@
 //! A denied request is the WIT error `HTTP-request-denied`, never a trap, so
 //! the plugin can tell its caller what happened.
 
+use super::pool::ConnectionPool;
 use crate::context::TenantContext;
 use crate::policy::OutboundPolicy;
 use std::sync::Arc;
@@ -19,6 +20,8 @@ pub struct PolicyHooks {
     /// Whose request this is: the allow-list, and where denials are counted
     /// and logged.
     pub tenant: Arc<TenantContext>,
+    /// Keep-alive connections shared by every call of the runner.
+    pub pool: Arc<ConnectionPool>,
 }
 
 fn capped(wait: Option<Duration>) -> Option<Duration> {
@@ -68,15 +71,8 @@ impl WasiHttpHooks for PolicyHooks {
         options.connect_timeout = capped(options.connect_timeout);
         options.first_byte_timeout = capped(options.first_byte_timeout);
         options.between_bytes_timeout = capped(options.between_bytes_timeout);
-        Box::new(async move {
-            use http_body_util::BodyExt;
-            let (response, io) =
-                wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
-            Ok((
-                response.map(BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn Future<Output = Result<(), Error>> + Send>,
-            ))
-        })
+        let (pool, tenant) = (self.pool.clone(), self.tenant.name.clone());
+        Box::new(async move { pool.send(&tenant, request, options).await })
     }
 }
 
@@ -98,6 +94,7 @@ mod tests {
         let policy = OutboundPolicy::new(vec![AllowedOrigin::parse(allowed).unwrap()]);
         PolicyHooks {
             tenant: TenantContext::for_tests("t", policy),
+            pool: ConnectionPool::new(),
         }
     }
 

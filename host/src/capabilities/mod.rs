@@ -6,4 +6,5 @@
 pub mod config;
 pub mod http;
 pub mod kv;
+pub mod pool;
 pub mod runner;
