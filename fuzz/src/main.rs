@@ -36,6 +36,15 @@ fn main() {
         .map(|n| n.replace('_', "").parse().expect("TOTAL is a number"))
         .unwrap_or(1_000_000);
     let named: Vec<String> = args.collect();
+    if fuzz(total, &named) > 0 {
+        std::process::exit(1);
+    }
+}
+
+/// Runs `total` inputs shared by the targets (every one unless some are
+/// `named`), prints the count and crashes of each, and returns the
+/// crashes.
+fn fuzz(total: u64, named: &[String]) -> u64 {
     let targets: Vec<&targets::Target> = targets::ALL
         .iter()
         .filter(|t| named.is_empty() || named.iter().any(|n| n == t.name))
@@ -45,6 +54,7 @@ fn main() {
         "no such target; known: http, stdio, tenants, profile, answer, tools"
     );
     // Panics are what is counted; their messages would flood the output.
+    let reporting = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let crash_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crashes");
     let weight: u64 = targets.iter().map(|t| t.weight).sum();
@@ -87,7 +97,25 @@ fn main() {
         "total    {all_inputs:>12} {all_crashes:>8} {:>10.1}",
         started.elapsed().as_secs_f64()
     );
-    if all_crashes > 0 {
-        std::process::exit(1);
+    std::panic::set_hook(reporting);
+    all_crashes
+}
+
+#[cfg(test)]
+mod tests {
+    /// `make test`'s share of `make fuzz`: the same targets and mutations,
+    /// `FUZZ_SHORT` inputs (60,000 by default), inside the test build so it
+    /// costs no build of its own.
+    #[test]
+    fn a_short_budget_of_every_target_finds_no_crash() {
+        let total = std::env::var("FUZZ_SHORT")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(60_000);
+        assert_eq!(
+            super::fuzz(total, &[]),
+            0,
+            "crashing inputs are in fuzz/crashes/"
+        );
     }
 }

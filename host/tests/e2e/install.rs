@@ -122,14 +122,15 @@ async fn the_plugin_flag_overrides_the_builtin_plugin() {
     assert_eq!(tools, ["hello"]);
 }
 
-/// `make test` builds `settle` with `cargo install --locked --debug --path
-/// host` first and names it in `SETTLE_INSTALLED_BINARY`; a plain `cargo
-/// test` has no such binary and says the test did nothing.
+/// `make install-check` builds `settle` with `cargo install --locked --debug
+/// --path host` first and names it in `SETTLE_INSTALLED_BINARY`; without it
+/// (`make test`, a plain `cargo test`) there is no such binary and the test
+/// says it did nothing.
 #[tokio::test]
 async fn the_installed_binary_serves_its_builtin_plugin() {
     let Some(binary) = std::env::var_os("SETTLE_INSTALLED_BINARY") else {
         eprintln!(
-            "SKIPPED: SETTLE_INSTALLED_BINARY is not set (make test-all sets it after `make install-check`)"
+            "SKIPPED: SETTLE_INSTALLED_BINARY is not set (`make install-check` builds the installed binary and runs this test)"
         );
         return;
     };
