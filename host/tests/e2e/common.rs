@@ -715,3 +715,31 @@ pub fn component_built_for(version: &str) -> Vec<u8> {
         .section(&exports);
     component.finish()
 }
+
+/// The runner's `/metrics` text, for the server whose MCP endpoint is
+/// `mcp_url`, asked over `client` (pass a client that keeps its connection
+/// where a test caps connections).
+pub async fn metrics_text(client: &reqwest::Client, mcp_url: &str) -> String {
+    let authority = mcp_url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap();
+    let response = client
+        .get(format!("http://{authority}/metrics"))
+        .send()
+        .await
+        .expect("/metrics answers");
+    assert!(
+        response.status().is_success(),
+        "/metrics: {}",
+        response.status()
+    );
+    response.text().await.unwrap()
+}
+
+/// The names of the tools `client`'s server lists, in its order.
+pub async fn tool_names(client: &Client) -> Vec<String> {
+    let tools = client.list_all_tools().await.expect("tools/list");
+    tools.into_iter().map(|t| t.name.to_string()).collect()
+}

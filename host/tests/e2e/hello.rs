@@ -18,13 +18,7 @@ async fn the_hello_plugin_is_served_as_it_is() {
     let config = config_for(&hello_plugin_path(), &["--plugin-config", "greeting=Hi"]);
     let server = serve_http_config(config).await;
     let client = modern_http_client(&server.url, Declares::default()).await;
-    let tools: Vec<String> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
+    let tools = tool_names(&client).await;
     assert_eq!(tools, ["hello"]);
     let hello = complete(call(&client, "hello", json!({"name": "settle"})).await);
     assert_eq!(structured(&hello)["greeting"], "Hi, settle!");

@@ -200,12 +200,7 @@ async fn a_hostile_device_api_is_a_sensor_outage_until_the_ttl_and_the_runner_st
             "{device} failed at its TTL: {task}"
         );
     }
-    let metrics = reqwest::get(server.url.replace("/mcp", "/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&reqwest::Client::new(), &server.url).await;
     assert!(
         !metrics.contains("settle_plugin_faults_total{"),
         "no plugin call was stopped: {metrics}"

@@ -55,13 +55,7 @@ async fn serves_the_builtin_plugin(binary: &Path) {
     )
     .await;
     let client = modern_http_client(&process.url, Declares::default()).await;
-    let tools: Vec<String> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
+    let tools = tool_names(&client).await;
     assert!(tools.contains(&"set_temperature".to_string()), "{tools:?}");
     let devices = structured(&complete(call(&client, "list_devices", json!({})).await));
     assert!(devices.to_string().contains("ac-living"), "{devices}");
@@ -112,13 +106,7 @@ async fn the_plugin_flag_overrides_the_builtin_plugin() {
     ])
     .await;
     let client = modern_http_client(&process.url, Declares::default()).await;
-    let tools: Vec<String> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
+    let tools = tool_names(&client).await;
     assert_eq!(tools, ["hello"]);
 }
 

@@ -19,11 +19,6 @@ fn authority(url: &str) -> String {
         .to_string()
 }
 
-/// `/metrics` of a server's URL.
-fn metrics_url(url: &str) -> String {
-    format!("http://{}/metrics", authority(url))
-}
-
 /// Opens a connection and starts a request whose headers never end.
 async fn slow_connection(url: &str) -> TcpStream {
     let mut tcp = TcpStream::connect(authority(url)).await.unwrap();
@@ -103,14 +98,7 @@ async fn slowloris_and_idle_connections_are_closed_at_the_header_read_timeout() 
     }
     let client = reqwest::Client::new();
     assert_eq!(tools_list(&client, &server.url).await, 200, "still serving");
-    let metrics = client
-        .get(metrics_url(&server.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&client, &server.url).await;
     assert!(
         metrics.contains("settle_http_header_timeouts_total 2"),
         "{metrics}"
@@ -158,14 +146,7 @@ async fn the_connection_cap_holds_while_a_normal_client_is_served() {
             "the normal client is still served at the cap"
         );
     }
-    let metrics = client
-        .get(metrics_url(&server.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&client, &server.url).await;
     for line in [
         "settle_http_connections 4",
         "settle_http_connections_refused_total 2",
@@ -217,14 +198,7 @@ async fn requests_over_a_tenants_rate_get_429_with_retry_after() {
     let retry_after = retry_after.expect("a 429 says when to retry");
     assert!((1..=2).contains(&retry_after), "Retry-After {retry_after}");
     // /metrics and /healthz are not the tenant's requests.
-    let metrics = client
-        .get(metrics_url(&server.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&client, &server.url).await;
     let line = format!(r#"settle_rate_limited_total{{tenant="default"}} {refused}"#);
     assert!(metrics.contains(&line), "{line} in {metrics}");
     // After the wait it names, the tenant is served again.
@@ -258,12 +232,7 @@ async fn a_tenants_listen_streams_are_capped() {
             .contains("may hold 1 open"),
         "{refusal}"
     );
-    let metrics = reqwest::get(metrics_url(&server.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&reqwest::Client::new(), &server.url).await;
     for line in [
         r#"settle_listen_streams{tenant="default"} 1"#,
         r#"settle_listen_refused_total{tenant="default"} 1"#,
