@@ -17,6 +17,10 @@
 //!   device held from one read window (two HTTP timeouts) before the
 //!   completion was stamped until the stamp: the read happens before the
 //!   stamp, and a later command may land in between.
+//! - An ended task is removed from the store once its TTL has passed (by
+//!   design), so the clients watch every task to its end and keep the first
+//!   ended view; a task the final read-back no longer finds is lost only if
+//!   it was never seen ended, or is gone before its TTL.
 //! - The TTL is enforced when a task is advanced, so a task may end up to
 //!   `margin` after its TTL: the margin covers a lease held by a killed
 //!   replica, a Redis outage and a poll.
@@ -68,6 +72,8 @@ pub struct Evidence<'a> {
     pub devices: &'a BTreeMap<String, DeviceView>,
     /// Each device's target temperature before the run.
     pub initial_targets: &'a BTreeMap<String, f64>,
+    /// When the final read-back started, in ms since the epoch.
+    pub read_at_ms: u64,
     /// Kills plus Redis restarts.
     pub crashes: u64,
     pub policy: Policy,
@@ -82,6 +88,8 @@ pub struct Verdict {
     pub time_to_end_ms: Vec<u64>,
     pub control_requests: u64,
     pub control_bound: u64,
+    /// Tasks seen ended, then gone from the store after their TTL.
+    pub removed_after_ttl: u64,
 }
 
 impl Verdict {
@@ -161,13 +169,24 @@ pub fn check(evidence: &Evidence) -> Verdict {
         );
     }
     for task in evidence.ledger.acked_tasks() {
-        let view = match evidence.finals.get(&task.id) {
-            Some(Ok(view)) => view,
-            Some(Err(why)) => {
+        let first = evidence.ledger.first_terminal(&task.id);
+        let view = match (evidence.finals.get(&task.id), &first) {
+            (Some(Ok(view)), _) => view,
+            // Ended tasks are removed from the store once their TTL has
+            // passed (by design): seen ended before, and past its TTL now.
+            (Some(Err(why)), Some(first))
+                if why.contains("no such task")
+                    && millis(&first["createdAt"])
+                        .is_some_and(|c| c + policy.ttl_ms <= evidence.read_at_ms) =>
+            {
+                verdict.removed_after_ttl += 1;
+                first
+            }
+            (Some(Err(why)), _) => {
                 verdict.violation("acknowledged task lost", format!("{}: {why}", task.id));
                 continue;
             }
-            None => {
+            (None, _) => {
                 verdict.violation("acknowledged task lost", format!("{}: never read", task.id));
                 continue;
             }
@@ -178,8 +197,8 @@ pub fn check(evidence: &Evidence) -> Verdict {
             verdict.violation("task not ended", format!("{}: {view}", task.id));
             continue;
         }
-        if let Some(first) = evidence.ledger.first_terminal(&task.id)
-            && &first != view
+        if let Some(first) = &first
+            && first != view
         {
             verdict.violation(
                 "ended task changed",

@@ -5,7 +5,7 @@
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::AsyncBufReadExt;
 
 /// How long a process may take to say it is ready.
@@ -61,6 +61,8 @@ async fn spawn_ready(
         });
     }
     drop(found);
+    // `recv` gives `None` at once if the process exits first (its output
+    // ends, and with it every sender).
     match tokio::time::timeout(READY_WITHIN, seen.recv()).await {
         Ok(Some(())) => Ok(child),
         _ => bail!(
@@ -169,16 +171,18 @@ impl Replica {
         if let Some(dir) = &self.spec.cache_dir {
             command.env("SETTLE_CACHE_DIR", dir);
         }
-        let started = Instant::now();
-        // A killed replica's port can stay busy for a moment; try again.
+        // A killed replica's port can stay busy for a moment; try again a
+        // few times.
+        let mut tries = 0;
         loop {
+            tries += 1;
             match spawn_ready(command_clone(&command), "serving MCP at", &self.log).await {
                 Ok(child) => {
                     self.child = Some(child);
                     return Ok(());
                 }
-                Err(e) if started.elapsed() > READY_WITHIN => return Err(e),
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                Err(e) if tries >= 10 => return Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
             }
         }
     }

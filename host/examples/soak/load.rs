@@ -38,14 +38,25 @@ fn temperature() -> f64 {
 
 impl Lane {
     pub async fn run(self) {
+        let mut watchers = tokio::task::JoinSet::new();
         for _ in 0..self.spec.tasks {
             let id = self.create().await;
+            let follow = follow(
+                self.clients.clone(),
+                self.ledger.clone(),
+                id,
+                self.spec.clone(),
+            );
             if rand::random_bool(self.spec.follow_share) {
-                self.follow(&id).await;
+                follow.await;
             } else {
+                // Still watched to its end (an ended task is removed from
+                // the store after its TTL, so its end must be seen before).
+                watchers.spawn(follow);
                 tokio::time::sleep(Duration::from_millis(rand::random_range(0..300))).await;
             }
         }
+        watchers.join_all().await;
     }
 
     /// Sends one command until it is acknowledged; returns the task id.
@@ -79,28 +90,51 @@ impl Lane {
         }
     }
 
-    /// Polls `get_task` through random replicas until the task ends (or the
-    /// follow times out; the checker looks again at the end).
-    async fn follow(&self, id: &str) {
-        let until = Instant::now() + self.spec.follow_for;
+}
+
+/// Polls `get_task` through random replicas until the task ends (or the
+/// follow times out; the checker looks again at the end). At a question
+/// for a person it hands the watch to [`follow_slowly`] and returns.
+async fn follow(clients: Arc<Clients>, ledger: Arc<Ledger>, id: String, spec: LaneSpec) {
+    let until = Instant::now() + spec.follow_for;
         while Instant::now() < until {
-            tokio::time::sleep(self.spec.poll).await;
-            let replica = rand::random_range(0..self.clients.len());
-            match self
-                .clients
-                .call(replica, "get_task", json!({"task_id": id}))
-                .await
-            {
-                Answer::Ok(view) => {
-                    self.ledger.observe(&view);
-                    // A task waiting for a person (the device settled on
-                    // another value) is left to be superseded or expire.
-                    if is_terminal(&view) || view["status"] == "input_required" {
-                        return;
-                    }
+        tokio::time::sleep(spec.poll).await;
+        let replica = rand::random_range(0..clients.len());
+        match clients
+            .call(replica, "get_task", json!({"task_id": id}))
+            .await
+        {
+            Answer::Ok(view) => {
+                ledger.observe(&view);
+                if is_terminal(&view) {
+                    return;
                 }
-                Answer::ToolError(text) => self.ledger.trouble("get_task refused", &text),
-                Answer::Unanswered(why) => self.ledger.trouble("get_task unanswered", &why),
+                // A task waiting for a person (the device settled on
+                // another value) is not answered: the lane goes on (its
+                // next command supersedes it), the watch slows down.
+                if view["status"] == "input_required" {
+                    tokio::spawn(follow_slowly(clients.clone(), ledger.clone(), id.clone(), until));
+                    return;
+                }
+            }
+            Answer::ToolError(text) => ledger.trouble("get_task refused", &text),
+            Answer::Unanswered(why) => ledger.trouble("get_task unanswered", &why),
+        }
+    }
+}
+
+/// The rest of a follow, once a second, in the background.
+async fn follow_slowly(clients: Arc<Clients>, ledger: Arc<Ledger>, id: String, until: Instant) {
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let replica = rand::random_range(0..clients.len());
+        if let Answer::Ok(view) = clients
+            .call(replica, "get_task", json!({"task_id": id}))
+            .await
+        {
+            ledger.observe(&view);
+            if is_terminal(&view) {
+                return;
             }
         }
     }

@@ -94,7 +94,11 @@ impl Report {
             o.delay.as_millis(),
             o.jitter.as_millis()
         );
-        let _ = writeln!(out, "  statuses {:?}", v.statuses);
+        let _ = writeln!(
+            out,
+            "  statuses {:?} ({} seen ended, then removed after their TTL as designed)",
+            v.statuses, v.removed_after_ttl
+        );
         let _ = writeln!(
             out,
             "  time to end per task: p50 {} ms, p99 {} ms, max {} ms",
@@ -183,8 +187,10 @@ pub async fn soak(options: Options) -> anyhow::Result<Report> {
         ),
         "--lease-ms".to_string(),
         options.lease_ms.to_string(),
+        // Below the lease, as settle requires: a replica finishes advancing
+        // a task before another may take it.
         "--call-timeout-ms".to_string(),
-        "5000".to_string(),
+        (options.lease_ms * 2 / 3).to_string(),
         "--inline-wait-ms".to_string(),
         "0".to_string(),
     ]);
@@ -254,6 +260,9 @@ pub async fn soak(options: Options) -> anyhow::Result<Report> {
 
     // Every acknowledged task, read back once the load and the chaos are
     // over: each has its TTL and the margin to end.
+    let read_at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as u64;
     let until = Instant::now() + Duration::from_millis(options.ttl_ms + options.margin_ms);
     let finals: HashMap<String, Result<Value, String>> =
         futures::stream::iter(ledger.acked_tasks())
@@ -284,6 +293,7 @@ pub async fn soak(options: Options) -> anyhow::Result<Report> {
         finals: &finals,
         devices: &views,
         initial_targets: &initial_targets,
+        read_at_ms,
         crashes: kills + redis_restarts,
         policy: policy.clone(),
     });
