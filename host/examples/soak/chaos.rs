@@ -97,9 +97,9 @@ pub async fn kill_and_restart(
         if stop.load(Ordering::Relaxed) && kills >= spec.kills && restarts >= spec.redis_restarts {
             return Ok((replicas, redis));
         }
-        tokio::time::sleep(Duration::from_millis(
-            rand::random_range(every_ms / 2..=every_ms * 3 / 2),
-        ))
+        tokio::time::sleep(Duration::from_millis(rand::random_range(
+            every_ms / 2..=every_ms * 3 / 2,
+        )))
         .await;
         let down = Duration::from_millis(rand::random_range(100..=max_down_ms));
         // Redis restarts in the share that spreads them over the kills.

@@ -165,7 +165,10 @@ pub fn check(evidence: &Evidence) -> Verdict {
     for change in evidence.ledger.changes() {
         verdict.violation(
             "ended task changed",
-            format!("{}: first {} then {}", change.id, change.first, change.later),
+            format!(
+                "{}: first {} then {}",
+                change.id, change.first, change.later
+            ),
         );
     }
     for task in evidence.ledger.acked_tasks() {
@@ -205,7 +208,8 @@ pub fn check(evidence: &Evidence) -> Verdict {
                 format!("{}: first {first} at the end {view}", task.id),
             );
         }
-        let (Some(created), Some(ended)) = (millis(&view["createdAt"]), millis(&view["lastUpdatedAt"]))
+        let (Some(created), Some(ended)) =
+            (millis(&view["createdAt"]), millis(&view["lastUpdatedAt"]))
         else {
             verdict.violation("task not ended", format!("{}: no times in {view}", task.id));
             continue;
@@ -229,7 +233,10 @@ pub fn check(evidence: &Evidence) -> Verdict {
             if sent.is_none_or(|s| !matches(s)) || observed.is_none_or(|o| !matches(o)) {
                 verdict.violation(
                     "completed without read-back",
-                    format!("{}: asked {} but the task shows {view}", task.id, task.temperature),
+                    format!(
+                        "{}: asked {} but the task shows {view}",
+                        task.id, task.temperature
+                    ),
                 );
             } else if !held.into_iter().any(matches) {
                 verdict.violation(

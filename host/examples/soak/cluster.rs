@@ -105,7 +105,14 @@ impl Redis {
         let mut command = tokio::process::Command::new("redis-server");
         command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--appendonly", "yes", "--appendfsync", "always", "--save", ""])
+            .args([
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ])
             .arg("--dir")
             .arg(&self.dir);
         let log = self.dir.join("redis.log");

@@ -81,7 +81,8 @@ impl Lane {
                         self.ledger.observe(&view);
                         return id.to_string();
                     }
-                    self.ledger.trouble("create answered without taskId", &view.to_string());
+                    self.ledger
+                        .trouble("create answered without taskId", &view.to_string());
                 }
                 Answer::ToolError(text) => self.ledger.trouble("create refused", &text),
                 Answer::Unanswered(why) => self.ledger.trouble("create unanswered", &why),
@@ -89,7 +90,6 @@ impl Lane {
             tokio::time::sleep(Duration::from_millis(rand::random_range(100..400))).await;
         }
     }
-
 }
 
 /// Polls `get_task` through random replicas until the task ends (or the
@@ -97,7 +97,7 @@ impl Lane {
 /// for a person it hands the watch to [`follow_slowly`] and returns.
 async fn follow(clients: Arc<Clients>, ledger: Arc<Ledger>, id: String, spec: LaneSpec) {
     let until = Instant::now() + spec.follow_for;
-        while Instant::now() < until {
+    while Instant::now() < until {
         tokio::time::sleep(spec.poll).await;
         let replica = rand::random_range(0..clients.len());
         match clients
@@ -113,7 +113,12 @@ async fn follow(clients: Arc<Clients>, ledger: Arc<Ledger>, id: String, spec: La
                 // another value) is not answered: the lane goes on (its
                 // next command supersedes it), the watch slows down.
                 if view["status"] == "input_required" {
-                    tokio::spawn(follow_slowly(clients.clone(), ledger.clone(), id.clone(), until));
+                    tokio::spawn(follow_slowly(
+                        clients.clone(),
+                        ledger.clone(),
+                        id.clone(),
+                        until,
+                    ));
                     return;
                 }
             }

@@ -127,12 +127,20 @@ impl Report {
 
 /// Reads `id` through the replicas until it has ended or `until` passes;
 /// the last view, or why none could be read.
-async fn read_back(clients: &Clients, ledger: &Ledger, id: &str, until: Instant) -> Result<Value, String> {
+async fn read_back(
+    clients: &Clients,
+    ledger: &Ledger,
+    id: &str,
+    until: Instant,
+) -> Result<Value, String> {
     let mut last: Result<Value, String>;
     let mut n = 0usize;
     loop {
         n += 1;
-        match clients.call(n % clients.len(), "get_task", json!({"task_id": id})).await {
+        match clients
+            .call(n % clients.len(), "get_task", json!({"task_id": id}))
+            .await
+        {
             Answer::Ok(view) => {
                 ledger.observe(&view);
                 let ended = is_terminal(&view);
@@ -236,7 +244,8 @@ pub async fn soak(options: Options) -> anyhow::Result<Report> {
     };
     let mut lanes = tokio::task::JoinSet::new();
     for (n, device) in devices.iter().enumerate() {
-        let tasks = options.tasks / options.devices + usize::from(n < options.tasks % options.devices);
+        let tasks =
+            options.tasks / options.devices + usize::from(n < options.tasks % options.devices);
         lanes.spawn(
             Lane {
                 device: device.clone(),
