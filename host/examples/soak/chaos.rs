@@ -53,7 +53,8 @@ fn random_fault() -> Fault {
     }
 }
 
-/// Switches faults on random devices until `stop`, each for 0.5 to 4 s;
+/// Switches faults on random devices until `stop`, each for 0.5 to 4 s,
+/// one every 0.5 to 4 s per 10 devices;
 /// clears every fault before returning.
 pub async fn switch_faults(
     sim: Sim,
@@ -63,7 +64,10 @@ pub async fn switch_faults(
 ) {
     let mut clears = tokio::task::JoinSet::new();
     while !stop.load(Ordering::Relaxed) {
-        tokio::time::sleep(Duration::from_millis(rand::random_range(50..400))).await;
+        // Paced by the device count, so that about the same share of devices
+        // (a tenth) is faulty at any time whatever the size of the run.
+        let pause = rand::random_range(50..400) * 100 / devices.len().max(1) as u64;
+        tokio::time::sleep(Duration::from_millis(pause)).await;
         let device = devices[rand::random_range(0..devices.len())].clone();
         if sim.set_fault(&device, random_fault()).is_ok() {
             counts.faults.fetch_add(1, Ordering::Relaxed);

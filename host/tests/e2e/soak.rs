@@ -1,6 +1,8 @@
 //! The fault soak's short budget (`make soak` runs the full size): the
 //! same code as `host/examples/soak`, with 300 tasks over 10 devices, at
 //! least 3 replica kills and 1 Redis restart, and no invariant violated.
+//! About 25 s with a release runner (measured with the example and these
+//! settings); the debug runner of `make test` is slower.
 
 #[path = "../../examples/soak/chaos.rs"]
 mod chaos;
@@ -29,16 +31,16 @@ async fn a_short_soak_keeps_every_invariant_through_kills_restarts_and_faults() 
         devices: 10,
         kills: 3,
         redis_restarts: 1,
-        chaos_every: Duration::from_millis(4_000),
+        chaos_every: Duration::from_millis(3_000),
         max_down: Duration::from_millis(1_500),
-        delay: Duration::from_millis(300),
-        jitter: Duration::from_millis(300),
+        delay: Duration::from_millis(200),
+        jitter: Duration::from_millis(200),
         ttl_ms: 8_000,
         poll_interval_ms: 250,
         http_timeout_ms: 1_000,
         lease_ms: 3_000,
         margin_ms: 8_000,
-        follow_share: 0.8,
+        follow_share: 0.6,
         settle: env!("CARGO_BIN_EXE_settle").into(),
         plugin: Some(plugin_path()),
         cache_dir: Some(cache_dir()),
