@@ -185,6 +185,8 @@ async function loadDevices() {
   const chosen = select.value;
   select.replaceChildren(...list.map((d) => el("option", { value: d.id, text: d.name || d.id })));
   if (chosen) select.value = chosen;
+  // Cards in the list's order, filled in as each reading arrives.
+  for (const d of list) renderDevice(d.id);
   await Promise.all(list.map((d) => readDevice(d.id)));
 }
 
@@ -286,7 +288,7 @@ function chart(id) {
   }
   seen.sort((a, b) => a.t - b.t);
   const all = [...sent, ...seen, ...room];
-  const W = 560, H = 170, L = 34, R = 8, T = 8, B = 20;
+  const W = 560, H = 200, L = 44, R = 10, T = 10, B = 26;
   const box = el("div", { class: "chart" });
   const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `setpoint sent and observed for ${id}` });
   box.append(root);
@@ -305,12 +307,12 @@ function chart(id) {
   root.append(svg("line", { class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B }));
   root.append(svg("line", { class: "axis", x1: L, y1: T, x2: L, y2: H - B }));
   for (const v of [v0, (v0 + v1) / 2, v1]) {
-    const label = svg("text", { x: L - 4, y: y(v) + 3, "text-anchor": "end" });
+    const label = svg("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" });
     label.textContent = v.toFixed(1);
     root.append(label);
   }
   for (const [t, anchor] of [[t0, "start"], [t1, "end"]]) {
-    const label = svg("text", { x: x(t), y: H - 6, "text-anchor": anchor });
+    const label = svg("text", { x: x(t), y: H - 8, "text-anchor": anchor });
     label.textContent = time(t);
     root.append(label);
   }

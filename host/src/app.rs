@@ -211,6 +211,9 @@ impl Runner {
         }
         if self.layout == Layout::Tenants {
             app = app.merge(crate::mcp::auth::unknown_tenants());
+            if self.ui.is_some() {
+                app = app.merge(crate::mcp::ui::unknown_tenants());
+            }
         }
         let metrics_open = self.layout == Layout::Single;
         app.merge(crate::mcp::http::health(self.store.clone()))

@@ -93,6 +93,17 @@ pub fn router(settle: Settle, tokens: Vec<Secret>, root: String) -> Router {
         .route("/ui/{*path}", axum::routing::get(file))
 }
 
+/// Answers `/t/{anything}/ui` for names that are not tenants with the
+/// same 401 a wrong token gets, so the view does not tell which tenants
+/// there are.
+pub fn unknown_tenants() -> Router {
+    let refuse = || async { unauthorized() };
+    Router::new()
+        .route("/t/{tenant}/ui", axum::routing::get(refuse))
+        .route("/t/{tenant}/ui/", axum::routing::get(refuse))
+        .route("/t/{tenant}/ui/{*path}", axum::routing::get(refuse))
+}
+
 /// One tenant's view.
 struct View {
     settle: Settle,

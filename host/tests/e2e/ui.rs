@@ -294,8 +294,14 @@ async fn each_tenant_has_its_own_view_and_the_admin_sees_them_all() {
             assert_eq!(get(&view("home"), Some("home-secret")).await.0, 200);
             assert_eq!(get(&view("home"), Some("admin-secret")).await.0, 200);
             assert_eq!(get(&view("office"), Some("admin-secret")).await.0, 200);
-            // Another tenant's token opens nothing here.
+            // Another tenant's token opens nothing here, and a tenant
+            // that does not exist looks the same as a wrong token.
             assert_eq!(get(&view("office"), Some("home-secret")).await.0, 401);
+            assert_eq!(get(&view("nobody"), Some("admin-secret")).await.0, 401);
+            assert_eq!(
+                get(&format!("{}/app.js", view("nobody")), None).await.0,
+                401
+            );
             let (_, _, _, cookie) = get(&format!("{}?token=home-secret", view("home")), None).await;
             assert!(cookie.unwrap().contains("Path=/t/home/ui"));
             // The admin's view talks to the tenant's endpoint.
