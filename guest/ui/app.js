@@ -520,6 +520,8 @@ const listen = {
 function onNotification(message) {
   listen.retryMs = 1000;
   if (message.method === "notifications/tasks") {
+    // Counted where a test (and a curious person) can read it.
+    document.body.dataset.taskNotifications = String(Number(document.body.dataset.taskNotifications || 0) + 1);
     noteTask(message.params);
   } else if (message.method === "notifications/resources/updated") {
     const uri = message.params && message.params.uri;

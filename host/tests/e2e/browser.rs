@@ -216,6 +216,11 @@ async fn the_live_view_runs_a_command_and_shows_it_complete_in_a_real_browser() 
         api.as_str(),
         "--plugin-config",
         FAST,
+        // The command answers with the task at once, so the page learns of
+        // its end from the listen stream, as it does for any command that
+        // takes longer than the runner waits.
+        "--inline-wait-ms",
+        "0",
         "--ui",
         "--ui-token",
         TOKEN,
@@ -341,6 +346,14 @@ async fn the_live_view_runs_a_command_and_shows_it_complete_in_a_real_browser() 
         );
         shown_at
     });
+    // It learned of the end from the listen stream, not by polling.
+    let pushed = browser
+        .eval("Number(document.body.dataset.taskNotifications || 0)")
+        .await;
+    assert!(
+        pushed.as_u64().unwrap_or(0) >= 1,
+        "no notifications/tasks reached the page"
+    );
     let lag = shown_at.duration_since(applied_at);
     eprintln!("browser: task shown completed {lag:?} after the simulator showed the change");
     assert!(
