@@ -77,12 +77,14 @@ redis:
 	  || (sudo apt-get update -qq && sudo apt-get install -y -qq redis-server >/dev/null); }
 
 # Debian's Chromium for the live view's browser test (host/tests/e2e/
-# browser.rs drives it headless over the DevTools protocol).
+# browser.rs drives it headless over the DevTools protocol). Without its
+# recommends (systemd, perl, samba, printing: 130 packages with them):
+# headless Chromium needs only its dependencies, fonts included.
 chromium:
 	@command -v chromium >/dev/null || { \
 	  echo "installing chromium"; \
-	  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
-	  || (sudo apt-get update -qq && sudo apt-get install -y -qq chromium >/dev/null); }
+	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null) \
+	  || (sudo apt-get update -qq && sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null); }
 
 # Unit tests of every crate, the plugins' pure modules included (native).
 test-unit: guest
