@@ -76,12 +76,24 @@ async fn the_view_is_off_unless_turned_on() {
 
 #[tokio::test]
 async fn turning_it_on_needs_a_token() {
-    let args = serve_args(&["settle", "serve", "--ui", "--store", "memory"]);
-    let error = settle::config::RunnerConfig::from_args(&args)
-        .err()
-        .expect("--ui without a token is refused")
-        .to_string();
-    assert!(error.contains("SETTLE_UI_TOKEN"), "{error}");
+    // An empty token is no token (and given on the command line, the test
+    // does not depend on SETTLE_UI_TOKEN being unset).
+    for token in ["", "  "] {
+        let args = serve_args(&[
+            "settle",
+            "serve",
+            "--ui",
+            "--ui-token",
+            token,
+            "--store",
+            "memory",
+        ]);
+        let error = settle::config::RunnerConfig::from_args(&args)
+            .err()
+            .expect("--ui without a token is refused")
+            .to_string();
+        assert!(error.contains("SETTLE_UI_TOKEN"), "{error}");
+    }
 }
 
 #[tokio::test]
