@@ -2,7 +2,8 @@
 #
 # `make run` and `make test` work on a fresh machine with a Rust toolchain:
 # they install what they need. Both add the wasm32-wasip2 target (rustup);
-# `make test` also installs redis-server (apt-get, with sudo when not root)
+# `make test` also installs redis-server and chromium (apt-get, with sudo
+# when not root)
 # and, under .conformance/, Node 22 and the pinned MCP conformance suite and
 # Inspector (npm).
 
@@ -26,7 +27,7 @@ FUZZ_INPUTS ?= 10000000
 # make test's share of the fuzzer: about 15 s of a debug build.
 FUZZ_SHORT ?= 60000
 
-.PHONY: soak fuzz fuzz-short bench-slowloris install-check all build guest fixtures host run run-cluster redis test test-all lint test-unit test-e2e conformance bench bench-verdicts bench-scale fmt clean wasm-target
+.PHONY: soak fuzz fuzz-short bench-slowloris install-check all build guest fixtures host run run-cluster redis chromium test test-all lint test-unit test-e2e conformance bench bench-verdicts bench-scale fmt clean wasm-target
 
 all: build
 
@@ -75,6 +76,16 @@ redis:
 	  (apt-get update -qq && apt-get install -y -qq redis-server >/dev/null) \
 	  || (sudo apt-get update -qq && sudo apt-get install -y -qq redis-server >/dev/null); }
 
+# Debian's Chromium for the live view's browser test (host/tests/e2e/
+# browser.rs drives it headless over the DevTools protocol). Without its
+# recommends (systemd, perl, samba, printing: 130 packages with them):
+# headless Chromium needs only its dependencies, fonts included.
+chromium:
+	@command -v chromium >/dev/null || { \
+	  echo "installing chromium"; \
+	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null) \
+	  || (sudo apt-get update -qq && sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null); }
+
 # Unit tests of every crate, the plugins' pure modules included (native).
 test-unit: guest
 	$(CARGO) test --workspace --lib --bins
@@ -86,10 +97,11 @@ test-e2e: guest fixtures redis
 
 # Unit and end-to-end tests in one cargo invocation, so every dependency is
 # built once. Redis is installed, so the store contract suite must run
-# against it too (it is skipped, and says so, only without redis-server).
+# against it too (it is skipped, and says so, only without redis-server);
+# Chromium likewise, so the live view's browser test must run.
 # The fuzzer's short budget (FUZZ_SHORT inputs) is one of these tests.
-test-all: guest fixtures redis
-	SETTLE_REQUIRE_REDIS=1 FUZZ_SHORT=$(FUZZ_SHORT) $(CARGO) test --workspace
+test-all: guest fixtures redis chromium
+	SETTLE_REQUIRE_REDIS=1 SETTLE_REQUIRE_CHROMIUM=1 FUZZ_SHORT=$(FUZZ_SHORT) $(CARGO) test --workspace
 
 # `settle` built the way `cargo install --locked --path host` builds it (a
 # debug build, in the workspace's target directory), then the test that

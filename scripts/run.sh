@@ -30,9 +30,14 @@ wait_for() {
 pids+=($!)
 wait_for "${pids[-1]}" "$run_dir/sim.out" "listening"
 
+# The live view's token: yours if SETTLE_UI_TOKEN is set, else a fresh one
+# for this run. It reaches settle through the environment, not the
+# command line, which other users can read.
+export SETTLE_UI_TOKEN=${SETTLE_UI_TOKEN:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
+
 # The plugin file rather than the built-in copy, so that rebuilding it
 # (make guest) swaps it in while settle serves.
-./target/release/settle serve --http "$http_addr" \
+./target/release/settle serve --http "$http_addr" --ui \
   --plugin target/wasm32-wasip2/release/settle_devices.wasm \
   --device-api "http://$sim_addr" --store "$run_dir/settle.redb" 2>"$run_dir/settle.log" &
 pids+=($!)
@@ -42,6 +47,9 @@ cat <<TXT
 
 settle is running.
   MCP endpoint:     http://$http_addr/mcp   (Streamable HTTP, protocol 2026-07-28 and 2025-11-25)
+  live view:        http://$http_addr/ui?token=$SETTLE_UI_TOKEN
+                    (open it once with the token; the page then keeps it for this tab.
+                     Set SETTLE_UI_TOKEN before make run to choose your own.)
   device simulator: http://$sim_addr        (devices ac-living, ac-bedroom; 4 s actuation delay)
   logs:             $run_dir/settle.log, $run_dir/sim.log
   store:            $run_dir/settle.redb

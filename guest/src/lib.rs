@@ -18,6 +18,8 @@
 //!   wakes, notices) as traits, with the component's implementation and an
 //!   in-memory one for native tests.
 //! - [`settings`]: the plugin's configuration.
+//! - [`ui`]: the live view's page and script, served at the runner's
+//!   `/ui`.
 //!
 //! Dependencies point one way: `tools` and `resources` use `app`; `app`
 //! uses `device`, `task`, `store`, `driver` and `platform`; those use the
@@ -39,6 +41,7 @@ pub mod settings;
 pub mod store;
 pub mod task;
 pub mod tools;
+pub mod ui;
 
 // Bindings and the runner's imports come from the SDK every plugin shares;
 // these names keep `crate::host` and friends short.
@@ -48,7 +51,7 @@ use app::tasks::TaskError as AppTaskError;
 use app::{Caller, Client, Context, Failure, Output};
 use bindings::exports::settle::plugin::plugin::Guest;
 use bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
+    Asset, CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
     TaskView, Tool,
 };
 use platform::wasi::{WasiPlatform, task_view};
@@ -183,6 +186,14 @@ reported instead.";
         if let Err(e) = outcome {
             host::log(host::Level::Error, &format!("advancing {group}: {e}"));
         }
+    }
+
+    /// The live view's files ([`ui`]).
+    fn ui_asset(path: String) -> Option<Asset> {
+        ui::asset(&path).map(|a| Asset {
+            content_type: a.content_type.to_string(),
+            body: a.body.to_vec(),
+        })
     }
 }
 

@@ -2,7 +2,7 @@
 //! runner, and an orderly stop. `main` and the tests both start settle
 //! through here.
 
-use crate::config::{Layout, RunnerConfig};
+use crate::config::{Layout, RunnerConfig, UiAccess};
 use crate::context::TenantContext;
 use crate::drain::{DRAIN_LIMIT, Drain};
 use crate::events::Hub;
@@ -37,6 +37,7 @@ pub struct Runner {
     http_limits: HttpLimits,
     admin_token: Option<Secret>,
     metrics_token: Option<Secret>,
+    ui: Option<UiAccess>,
     metrics: Arc<Metrics>,
     swapper: Arc<Swapper>,
     drain: Drain,
@@ -133,6 +134,7 @@ impl Runner {
             http_limits: config.http_limits,
             admin_token: config.admin_token,
             metrics_token: config.metrics_token,
+            ui: config.ui,
             metrics,
             swapper,
             drain,
@@ -185,20 +187,33 @@ impl Runner {
                 ),
             );
             app = match self.layout {
-                Layout::Single => app.merge(mcp),
+                Layout::Single => app.merge(mcp).merge(self.ui_routes(served, "")),
                 Layout::Tenants => {
-                    let token = served.token.clone();
+                    let prefix = format!("/t/{}", served.settle.tenant_name());
+                    // With the view on, the admin's view of a tenant talks
+                    // to the tenant's endpoint with the admin token.
+                    let tokens: Vec<Secret> = served
+                        .token
+                        .iter()
+                        .chain(self.ui.as_ref().and(self.admin_token.as_ref()))
+                        .cloned()
+                        .collect();
+                    let ui = self.ui_routes(served, &prefix);
                     app.nest(
-                        &format!("/t/{}", served.settle.tenant_name()),
+                        &prefix,
                         mcp.layer(axum::middleware::from_fn(move |request, next| {
-                            crate::mcp::auth::require_bearer(token.clone(), request, next)
-                        })),
+                            crate::mcp::auth::require_bearer(tokens.clone(), request, next)
+                        }))
+                        .merge(ui),
                     )
                 }
             };
         }
         if self.layout == Layout::Tenants {
             app = app.merge(crate::mcp::auth::unknown_tenants());
+            if self.ui.is_some() {
+                app = app.merge(crate::mcp::ui::unknown_tenants());
+            }
         }
         let metrics_open = self.layout == Layout::Single;
         app.merge(crate::mcp::http::health(self.store.clone()))
@@ -211,6 +226,22 @@ impl Runner {
                 self.swapper.clone(),
                 self.admin_token.clone(),
             ))
+    }
+
+    /// The live view's routes for one tenant (none when it is off), reached
+    /// at `{prefix}/ui`.
+    fn ui_routes(&self, served: &Served, prefix: &str) -> axum::Router {
+        let tokens: Vec<Secret> = match &self.ui {
+            None => return axum::Router::new(),
+            Some(UiAccess::Token(token)) => vec![token.clone()],
+            Some(UiAccess::Tenants) => served
+                .token
+                .iter()
+                .chain(self.admin_token.as_ref())
+                .cloned()
+                .collect(),
+        };
+        crate::mcp::ui::router(served.settle.clone(), tokens, format!("{prefix}/ui"))
     }
 
     /// Serves HTTP on `listener` until `shutdown` resolves; then stops taking

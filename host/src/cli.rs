@@ -233,6 +233,24 @@ pub struct ServeArgs {
     )]
     pub allowed_origin: Vec<String>,
 
+    /// HTTP: serve the plugin's live view at /ui (off by default; also
+    /// `[server] ui = true` in a tenants file). Without a tenants file it
+    /// needs --ui-token; with one, each tenant's token opens its own view
+    /// at /t/NAME/ui, and the admin token opens every tenant's.
+    #[arg(long, env = "SETTLE_UI")]
+    pub ui: bool,
+
+    /// The token that opens /ui without a tenants file: open the view once
+    /// as /ui?token=TOKEN. Prefer the environment variable: a flag is
+    /// visible to other users in the process list.
+    #[arg(
+        long,
+        env = "SETTLE_UI_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub ui_token: Option<String>,
+
     /// HTTP: close a connection whose request headers have not all arrived
     /// within this many milliseconds, or that sits idle between requests
     /// as long (ends slowloris connections). Default 10000; also

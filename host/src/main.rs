@@ -66,6 +66,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             config.tenants.len()
         );
     }
+    let ui = config.ui.is_some();
     let runner = Runner::start(config).await?;
     #[cfg(unix)]
     runner.reload_on_sighup()?;
@@ -79,6 +80,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             match &args.config {
                 None => tracing::info!("serving MCP at http://{local}/mcp"),
                 Some(_) => tracing::info!("serving MCP at http://{local}/t/{{tenant}}/mcp"),
+            }
+            // Never the token itself: logs are read by more people.
+            match (&args.config, ui) {
+                (_, false) => {}
+                (None, true) => tracing::info!(
+                    "serving the live view at http://{local}/ui (open it once as /ui?token=TOKEN)"
+                ),
+                (Some(_), true) => tracing::info!(
+                    "serving the live view at http://{local}/t/{{tenant}}/ui (open it once as ...?token=TOKEN)"
+                ),
             }
             runner.serve_http(listener, shutdown_signal()).await
         }

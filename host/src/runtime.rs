@@ -6,7 +6,8 @@
 
 use crate::bindings::McpPlugin;
 use crate::bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView, Tool,
+    Asset, CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskError, TaskView,
+    Tool,
 };
 use crate::capabilities;
 use crate::capabilities::pool::ConnectionPool;
@@ -376,6 +377,16 @@ impl Runtime {
                 "cancel-task",
                 exports.call_cancel_task(&mut call.store, task_id),
             )
+            .await
+    }
+
+    /// Runs `ui-asset`: the file of the plugin's page at `path`, if it has
+    /// one.
+    pub async fn ui_asset(&self, tenant: &Tenant, path: &str) -> Result<Option<Asset>, Fault> {
+        let mut call = self.start(tenant, None).await?;
+        let exports = call.instance.settle_plugin_plugin();
+        call.probe
+            .guard("ui-asset", exports.call_ui_asset(&mut call.store, path))
             .await
     }
 

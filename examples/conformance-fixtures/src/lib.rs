@@ -40,7 +40,7 @@ use settle_plugin_sdk::{bindings, host};
 
 use bindings::exports::settle::plugin::plugin::Guest;
 use bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
+    Asset, CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
     TaskView, Tool,
 };
 use serde_json::{Value as Json, json};
@@ -182,6 +182,10 @@ impl Guest for Plugin {
         if let Err(e) = store::advance(&task_ids) {
             host::log(host::Level::Error, &format!("advancing {group}: {e}"));
         }
+    }
+    /// No page: the runner's `/ui` answers 404 for this plugin.
+    fn ui_asset(_path: String) -> Option<Asset> {
+        None
     }
 }
 

@@ -18,7 +18,7 @@
 use serde_json::{Value, json};
 use settle_plugin_sdk::bindings::exports::settle::plugin::plugin::Guest;
 use settle_plugin_sdk::bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
+    Asset, CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
     TaskView, Tool,
 };
 use settle_plugin_sdk::host;
@@ -100,6 +100,11 @@ impl Guest for Hello {
     }
 
     fn advance(_group: String, _task_ids: Vec<String>) {}
+
+    /// No page: the runner's `/ui` answers 404 for this plugin.
+    fn ui_asset(_path: String) -> Option<Asset> {
+        None
+    }
 }
 
 /// The greeting, from the tenant's plugin settings (`wasi:config`):

@@ -20,7 +20,7 @@ use settle_plugin_sdk::host::{self, HttpRequest};
 
 use bindings::exports::settle::plugin::plugin::Guest;
 use bindings::settle::plugin::types::{
-    CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
+    Asset, CallError, CallOutcome, CallRequest, McpRequest, RequestOutcome, ServerInfo, TaskError,
     TaskView, Tool,
 };
 use serde_json::{Value as Json, json};
@@ -183,6 +183,11 @@ impl Guest for Plugin {
     }
 
     fn advance(_group: String, _task_ids: Vec<String>) {}
+
+    /// No page: the runner's `/ui` answers 404 for this plugin.
+    fn ui_asset(_path: String) -> Option<Asset> {
+        None
+    }
 }
 
 #[cfg(target_arch = "wasm32")]

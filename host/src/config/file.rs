@@ -52,6 +52,8 @@ struct ServerSection {
     metrics_token_file: Option<Spanned<String>>,
     /// Reload a tenant's plugin when its file changes (default on).
     watch_plugins: Option<bool>,
+    /// Serve each tenant's live view at `/t/NAME/ui` (default off).
+    ui: Option<bool>,
     /// The HTTP server's limits ([`crate::mcp::limits::HttpLimits`]); the
     /// per-tenant ones apply to each tenant.
     header_read_timeout_ms: Option<u64>,
@@ -88,6 +90,8 @@ pub struct TenantsFile {
     pub metrics_token: Option<Secret>,
     /// Reload plugins when their files change.
     pub watch_plugins: bool,
+    /// Serve each tenant's live view.
+    pub ui: bool,
     /// The HTTP server's limits the `[server]` table gives.
     pub limits: LimitsDraft,
 }
@@ -300,6 +304,7 @@ impl TenantsFile {
             admin_token,
             metrics_token,
             watch_plugins: server.watch_plugins.unwrap_or(true),
+            ui: server.ui.unwrap_or(false),
             limits: LimitsDraft {
                 header_read_timeout_ms: server.header_read_timeout_ms,
                 max_connections: server.max_connections,

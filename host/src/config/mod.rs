@@ -57,6 +57,8 @@ pub struct RunnerConfig {
     pub metrics_token: Option<Secret>,
     /// Swap a tenant's plugin when its file changes.
     pub watch_plugins: bool,
+    /// The live view at `/ui`, when it is on.
+    pub ui: Option<UiAccess>,
     /// How MCP requests are answered.
     pub options: ServeOptions,
     /// Who may reach the HTTP endpoint.
@@ -136,7 +138,9 @@ impl RunnerConfig {
         access
             .allowed_origins
             .extend(args.allowed_origin.iter().cloned());
+        let ui = ui_access(args, file.as_ref(), layout)?;
         Ok(RunnerConfig {
+            ui,
             store,
             tenants,
             layout,
@@ -151,6 +155,38 @@ impl RunnerConfig {
             lease,
             cache_dir: cache_dir(args.cache_dir.as_deref()),
         })
+    }
+}
+
+/// Who opens the live view at `/ui`, when it is on.
+#[derive(Clone, Debug)]
+pub enum UiAccess {
+    /// Without a tenants file: the holder of `--ui-token`.
+    Token(Secret),
+    /// With one: each tenant's token for its own view, and the admin
+    /// token (when there is one) for every tenant's.
+    Tenants,
+}
+
+/// `--ui` (or `[server] ui`), checked: off unless asked for, and never
+/// without a token.
+fn ui_access(
+    args: &ServeArgs,
+    file: Option<&TenantsFile>,
+    layout: Layout,
+) -> anyhow::Result<Option<UiAccess>> {
+    let on = args.ui || file.is_some_and(|f| f.ui);
+    if !on {
+        return Ok(None);
+    }
+    match layout {
+        Layout::Tenants => Ok(Some(UiAccess::Tenants)),
+        Layout::Single => match args.ui_token.as_deref().map(str::trim) {
+            Some(token) if !token.is_empty() => Ok(Some(UiAccess::Token(Secret::new(token)))),
+            _ => bail!(
+                "--ui needs a token: set SETTLE_UI_TOKEN (or --ui-token); the view is opened as /ui?token=TOKEN"
+            ),
+        },
     }
 }
 

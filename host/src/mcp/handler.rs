@@ -80,6 +80,18 @@ impl Settle {
         self.dispatch.tenant().name()
     }
 
+    /// The file of the plugin's page at `path` (WIT `ui-asset`), for
+    /// [`super::ui`].
+    pub async fn ui_asset(
+        &self,
+        path: &str,
+    ) -> Result<Option<crate::bindings::settle::plugin::types::Asset>, crate::runtime::Fault> {
+        self.dispatch
+            .runtime()
+            .ui_asset(self.dispatch.tenant(), path)
+            .await
+    }
+
     /// Where the plugin's progress and log messages for this request go:
     /// log messages at the level the request asks for (2026-07-28) or the
     /// session chose (legacy).

@@ -15,7 +15,7 @@
 //! - [`notify`]: progress and log notifications of one request.
 //! - [`frame`]: malformed JSON-RPC, answered before rmcp sees it.
 //! - [`stdio`], [`http`]: the transports; [`auth`], [`admin`]: tokens and
-//!   the operator's endpoints.
+//!   the operator's endpoints; [`ui`]: the plugin's page at `/ui`.
 //! - [`accept`], [`limits`]: the HTTP server's limits (header-read timeout,
 //!   connection cap; per tenant, request rate and listen streams).
 
@@ -33,6 +33,7 @@ pub mod limits;
 pub mod listen;
 pub mod notify;
 pub mod stdio;
+pub mod ui;
 
 pub use dispatch::ServeOptions;
 pub use handler::Settle;

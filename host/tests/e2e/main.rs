@@ -11,6 +11,7 @@
 mod common;
 
 mod audit;
+mod browser;
 mod commands;
 mod contract;
 mod fixtures;
@@ -33,3 +34,4 @@ mod stdio;
 mod swap;
 mod tasks;
 mod tenants;
+mod ui;
