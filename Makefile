@@ -27,7 +27,7 @@ FUZZ_INPUTS ?= 10000000
 # make test's share of the fuzzer: about 15 s of a debug build.
 FUZZ_SHORT ?= 60000
 
-.PHONY: fuzz fuzz-short bench-slowloris install-check all build guest fixtures host run run-cluster redis chromium test test-all lint test-unit test-e2e conformance bench bench-verdicts bench-scale fmt clean wasm-target
+.PHONY: soak fuzz fuzz-short bench-slowloris install-check all build guest fixtures host run run-cluster redis chromium test test-all lint test-unit test-e2e conformance bench bench-verdicts bench-scale fmt clean wasm-target
 
 all: build
 
@@ -142,6 +142,18 @@ bench: guest fixtures
 # A normal client's p99 idle and while 1,000 slowloris connections attack.
 bench-slowloris: guest
 	$(CARGO) run --release -p settle --example bench_slowloris
+
+# The fault soak (host/examples/soak): two replicas on one Redis and the
+# simulator, 10,000 tasks over 100 devices through rmcp clients, simulator
+# faults switched at random, replicas and Redis killed with kill -9 at
+# random (at least 24 and 6), then the invariant checker; prints the
+# figures, exits non-zero on any violation. SOAK_ARGS scales it, e.g.
+# SOAK_ARGS="--tasks 1000 --devices 20"; make test runs 300 tasks
+# (host/tests/e2e/soak.rs).
+SOAK_ARGS ?=
+soak: guest redis
+	$(CARGO) build --release -p settle --bin settle
+	$(CARGO) run --release -p settle --example soak -- $(SOAK_ARGS)
 
 # The plugin's verdicts against a reference device over 100,000 random
 # command sequences (make test runs 300 of them).

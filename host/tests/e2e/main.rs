@@ -29,6 +29,7 @@ mod replicas;
 mod scheduler;
 mod schemas;
 mod sequences;
+mod soak;
 mod stdio;
 mod swap;
 mod tasks;
