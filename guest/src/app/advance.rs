@@ -13,7 +13,7 @@
 
 use super::Context;
 use super::Failure;
-use super::command::send_and_record;
+use super::command::{recovery_wake, send_and_record};
 use super::readings::observed;
 use crate::device::Waiter;
 use crate::model::Field;
@@ -91,11 +91,12 @@ fn keep_waiting(ctx: &Context<'_>, record: &TaskRecord, now: u64) -> Result<(), 
         model.wake_at = Some(model.wake_at.map_or(at, |w| w.min(at)));
         model.wake_at
     })?;
-    ctx.platform.unschedule(std::slice::from_ref(&record.id))?;
-    match at {
-        Some(at) => schedule_one(ctx.platform, &device_wake_id(device_id), device_id, at),
-        None => Ok(()),
+    // The device's wake first: a crash between the two leaves one wake too
+    // many (harmless), never none.
+    if let Some(at) = at {
+        schedule_one(ctx.platform, &device_wake_id(device_id), device_id, at)?;
     }
+    ctx.platform.unschedule(std::slice::from_ref(&record.id))
 }
 
 /// One read of a device for every task waiting on it.
@@ -138,6 +139,16 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
             let base = seen.waiting[id].base;
             let update = match record {
                 None => None,
+                // Joined its device a moment before the record of its send
+                // lands (two writes, one after the other), or a crash fell
+                // between them: nothing to judge yet, and its place stays.
+                // The recovery wake the join took away comes back, so the
+                // task is woken even if that record never lands.
+                Some(record) if record.stage == Stage::Sending => {
+                    let at = recovery_wake(ctx, now);
+                    schedule_one(ctx.platform, id, &record.device_id, at)?;
+                    continue;
+                }
                 Some(record) => {
                     let reads = u32::try_from(seen.reads.saturating_sub(base)).unwrap_or(u32::MAX);
                     let sent = record.sent_at_ms().unwrap_or(now);
@@ -200,9 +211,12 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
                     m.waiting.insert(id.clone(), *waiter);
                 }
                 Some(_) => {}
-                None => {
+                // Only the waiter this tick judged: one a resend put back
+                // meanwhile belongs to a send this tick did not see.
+                None if m.waiting.get(id) == seen.waiting.get(id) => {
                     m.waiting.remove(id);
                 }
+                None => {}
             }
         }
         for seq in &given_up {

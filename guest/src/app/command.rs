@@ -383,14 +383,16 @@ fn join_timeline(
         })
         .map_err(Failure::Internal)?;
     // The task's own wake (the recovery wake of its send) is no longer
-    // needed: the device's tick looks after it now.
-    ctx.platform
-        .unschedule(std::slice::from_ref(&record.id))
-        .map_err(Failure::Internal)?;
+    // needed: the device's tick looks after it now. The device's wake is
+    // written first, so a crash between the two leaves a wake too many
+    // (harmless), never none.
     if let Some(at) = reschedule {
         schedule_one(ctx.platform, &device_wake_id(device_id), device_id, at)
             .map_err(Failure::Internal)?;
     }
+    ctx.platform
+        .unschedule(std::slice::from_ref(&record.id))
+        .map_err(Failure::Internal)?;
     for old in &recorded.superseded {
         ctx.store
             .update(old, now, |t| t.supersede(now, &record.id))

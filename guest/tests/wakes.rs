@@ -1,0 +1,195 @@
+//! No task is ever left without a wake.
+//!
+//! A command joins its device's waiting set a moment before its task is
+//! marked sent (two writes, one after the other). A device tick that reads
+//! the task in between must not drop it: a task neither in its device's
+//! waiting set nor woken on its own is ended only by a client reading it
+//! after its TTL, as `failed` even when the device did what it was told.
+//! The fault soak found this on two replicas sharing one Redis (about 4 % of
+//! sent tasks); here the same interleaving is set up step by step over the
+//! in-memory platform.
+
+use serde_json::json;
+use settle_devices::app::{self, Caller, Client, Context, Output};
+use settle_devices::driver::{Accepted, DeviceInfo, Driver, DriverError, Reading};
+use settle_devices::model::{Allowed, Comparison, Field, FieldSpec, Value};
+use settle_devices::platform::Platform;
+use settle_devices::platform::memory::MemoryPlatform;
+use settle_devices::settings::Settings;
+use settle_devices::task::{Stage, Status};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+const START_MS: u64 = 1_764_547_200_000;
+const TTL_MS: u64 = 60_000;
+/// How long the device takes to apply a command.
+const APPLY_MS: u64 = 2_000;
+
+/// One thermostat, `ac`, that applies a command `APPLY_MS` after taking it.
+struct Thermostat<'p> {
+    platform: &'p MemoryPlatform,
+    /// What it shows, and a command on its way (value, when it lands).
+    state: RefCell<(f64, Option<(f64, u64)>)>,
+}
+
+impl Thermostat<'_> {
+    fn shown(&self) -> f64 {
+        let mut state = self.state.borrow_mut();
+        if let Some((value, at)) = state.1
+            && self.platform.now_ms() >= at
+        {
+            *state = (value, None);
+        }
+        state.0
+    }
+}
+
+impl Driver for Thermostat<'_> {
+    fn list_devices(&self) -> Result<Vec<DeviceInfo>, DriverError> {
+        Ok(vec![DeviceInfo {
+            id: "ac".into(),
+            name: "ac".into(),
+            kind: "air_conditioner".into(),
+        }])
+    }
+
+    fn read(&self, _device_id: &str) -> Result<Reading, DriverError> {
+        Ok(Reading {
+            online: true,
+            values: BTreeMap::from([(Field::TargetTemperature, Value::Number(self.shown()))]),
+            ..Reading::default()
+        })
+    }
+
+    fn send(&self, _device_id: &str, command: &[(Field, Value)]) -> Result<Accepted, DriverError> {
+        let Some((_, Value::Number(value))) = command.first() else {
+            return Err(DriverError::Unreachable("unexpected command".into()));
+        };
+        self.shown();
+        self.state.borrow_mut().1 = Some((*value, self.platform.now_ms() + APPLY_MS));
+        Ok(Accepted { request_id: None })
+    }
+
+    fn specs(&self, _device_id: &str) -> Result<Vec<FieldSpec>, DriverError> {
+        self.advertised()
+    }
+
+    fn advertised(&self) -> Result<Vec<FieldSpec>, DriverError> {
+        Ok(vec![FieldSpec {
+            field: Field::TargetTemperature,
+            allowed: Allowed::Range {
+                min: 16.0,
+                max: 30.0,
+                step: 0.5,
+            },
+            comparison: Comparison::Tolerance(0.1),
+        }])
+    }
+}
+
+/// Delivers every wake, in time order, as the runner's scheduler does,
+/// until none is left or the clock passes `until`. No client reads a task.
+fn run_wakes(platform: &MemoryPlatform, ctx: &Context<'_>, until: u64) {
+    while let Some(next) = platform.wakes().iter().map(|w| w.at_ms).min() {
+        if next > until {
+            return;
+        }
+        platform.set_now(next.max(platform.now_ms()));
+        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for wake in platform.take_due(platform.now_ms()) {
+            groups.entry(wake.group).or_default().push(wake.task_id);
+        }
+        for (group, ids) in groups {
+            app::advance::run(ctx, &group, &ids).expect("advance");
+        }
+    }
+}
+
+#[test]
+fn a_tick_between_a_commands_join_and_its_send_record_keeps_the_task_woken() {
+    let platform = MemoryPlatform::new(
+        START_MS,
+        &[
+            ("device_api", "http://thermostat.invalid"),
+            ("ttl_ms", &TTL_MS.to_string()),
+        ],
+    );
+    let device = Thermostat {
+        platform: &platform,
+        state: RefCell::new((26.0, None)),
+    };
+    let settings = Settings::from_lookup(|key| platform.config(key)).expect("settings");
+    let ctx = Context::with_driver(&platform, settings, Box::new(device));
+    let args = json!({"device_id": "ac", "temperature": 24});
+    let caller = Caller {
+        client: Client {
+            tasks: true,
+            elicitation: false,
+        },
+        input_responses: None,
+        request_state: None,
+        info: Default::default(),
+        arguments: &args,
+    };
+    let Ok(Output::Task(task)) =
+        settle_devices::tools::call(&ctx, "set_temperature", &args, &caller)
+    else {
+        panic!("set_temperature made no task");
+    };
+    let sent_stage = task.stage.clone();
+    assert!(matches!(sent_stage, Stage::Sent { .. }), "{sent_stage:?}");
+
+    // The moment between the two writes of a send: the task has joined its
+    // device (and dropped its own wake) but its record does not say sent.
+    let now = platform.now_ms();
+    ctx.store
+        .update(&task.id, now, |t| {
+            t.stage = Stage::Sending;
+            true
+        })
+        .expect("update")
+        .expect("the task exists");
+    // Joining took the task's own wake away (the device's tick looks after
+    // it from then on); writing the record above put one back.
+    platform
+        .unschedule(std::slice::from_ref(&task.id))
+        .expect("unschedule");
+    // The device's tick runs now, after the command landed: the reading
+    // changed, so every waiting task is looked at.
+    platform.set_now(now + APPLY_MS + 1);
+    let tick = vec![settle_devices::store::device_wake_id("ac")];
+    app::advance::run(&ctx, "ac", &tick).expect("tick");
+    let model = ctx.store.device("ac").expect("model");
+    let own_wake = platform.wakes().iter().any(|w| w.task_id == task.id);
+    assert!(
+        model.waiting.contains_key(&task.id) || own_wake,
+        "the tick left the task with no wake: waiting {:?}, wakes {:?}",
+        model.waiting.keys().collect::<Vec<_>>(),
+        platform.wakes()
+    );
+
+    // The send's record lands, and the runner goes on waking the plugin.
+    ctx.store
+        .update(&task.id, platform.now_ms(), |t| {
+            t.stage = sent_stage.clone();
+            true
+        })
+        .expect("update")
+        .expect("the task exists");
+    run_wakes(&platform, &ctx, START_MS + TTL_MS - 1);
+    let ended = ctx
+        .store
+        .load(&task.id)
+        .expect("load")
+        .expect("the task exists");
+    assert_eq!(
+        ended.status,
+        Status::Completed,
+        "the device shows 24, so the task completes on wakes alone: {}",
+        ended.status_message
+    );
+    assert!(
+        ended.updated_at_ms < START_MS + TTL_MS,
+        "ended within its TTL"
+    );
+}
