@@ -115,15 +115,19 @@ impl<'p> Store<'p> {
 
     /// Stores a new task; durable and scheduled when this returns, so the id
     /// can be handed out.
+    ///
+    /// The wake is written first: a crash between the two leaves a wake
+    /// with no record, which the scheduler drops when it comes, rather than
+    /// a record that nothing ever wakes.
     pub fn create(&self, record: &TaskRecord, first_wake_ms: u64) -> Result<(), String> {
         let bytes = encode(record);
+        schedule_one(self.platform, &record.id, &record.device_id, first_wake_ms)?;
         cas_update(self.platform.kv(), &task_key(&record.id), |current| {
             if current.is_some() {
                 return Err(format!("store: task id {} already exists", record.id));
             }
             Ok(CasUpdate::Write(bytes.clone(), ()))
-        })?;
-        schedule_one(self.platform, &record.id, &record.device_id, first_wake_ms)
+        })
     }
 
     /// Applies `change` to the stored task with compare-and-swap. `change`
