@@ -269,20 +269,8 @@ async fn each_tenant_has_its_own_view_and_the_admin_sees_them_all() {
     }
     for ui in [true, false] {
         let path = tenants_file(&dir, &sim.base_url(), ui);
-        let cache = cache_dir();
-        let args = serve_args(&[
-            "settle",
-            "serve",
-            "--config",
-            path.to_str().unwrap(),
-            "--store",
-            "memory",
-            "--cache-dir",
-            cache.to_str().unwrap(),
-        ]);
-        let server =
-            serve_http_config(settle::config::RunnerConfig::from_args(&args).expect("valid")).await;
-        let root = root(&server);
+        let tenants = crate::tenants::Tenants::start(&path).await;
+        let root = tenants.base.clone();
         let view = |tenant: &str| format!("{root}/t/{tenant}/ui");
         let listed = |token: &'static str, tenant: &'static str| {
             let root = root.clone();
@@ -325,6 +313,6 @@ async fn each_tenant_has_its_own_view_and_the_admin_sees_them_all() {
         }
         assert_eq!(listed("office-secret", "office").await, 200);
         assert_eq!(listed("home-secret", "office").await, 401);
-        server.stop().await;
+        tenants.server.stop().await;
     }
 }

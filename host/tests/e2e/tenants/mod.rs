@@ -77,14 +77,16 @@ impl Dir {
     }
 }
 
-/// settle serving a tenants file in this process.
-struct Tenants {
-    server: Server,
-    base: String,
+/// settle serving a tenants file in this process (also used by the live
+/// view's tests).
+pub(crate) struct Tenants {
+    pub(crate) server: Server,
+    /// The server's root, where `/t/NAME/...` hangs.
+    pub(crate) base: String,
 }
 
 impl Tenants {
-    async fn start(config: &Path) -> Tenants {
+    pub(crate) async fn start(config: &Path) -> Tenants {
         let cache = cache_dir();
         let args = serve_args(&[
             "settle",
