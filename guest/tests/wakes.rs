@@ -105,21 +105,32 @@ fn run_wakes(platform: &MemoryPlatform, ctx: &Context<'_>, until: u64) {
     }
 }
 
-#[test]
-fn a_tick_between_a_commands_join_and_its_send_record_keeps_the_task_woken() {
-    let platform = MemoryPlatform::new(
+fn platform() -> MemoryPlatform {
+    MemoryPlatform::new(
         START_MS,
         &[
             ("device_api", "http://thermostat.invalid"),
             ("ttl_ms", &TTL_MS.to_string()),
         ],
-    );
+    )
+}
+
+fn context(platform: &MemoryPlatform) -> Context<'_> {
     let device = Thermostat {
-        platform: &platform,
+        platform,
         state: RefCell::new((26.0, None)),
     };
     let settings = Settings::from_lookup(|key| platform.config(key)).expect("settings");
-    let ctx = Context::with_driver(&platform, settings, Box::new(device));
+    Context::with_driver(platform, settings, Box::new(device))
+}
+
+/// Sends `ac` to 24 and sets up the moment between the two writes of the
+/// send: the task has joined its device (and dropped its own wake) but its
+/// record does not say sent. Then the device's tick runs, after the command
+/// landed (the reading changed, so every waiting task is looked at), and
+/// the task must still be woken somehow. Returns the task's id and the
+/// stage its record would have had.
+fn tick_between_join_and_record(platform: &MemoryPlatform, ctx: &Context<'_>) -> (String, Stage) {
     let args = json!({"device_id": "ac", "temperature": 24});
     let caller = Caller {
         client: Client {
@@ -132,15 +143,13 @@ fn a_tick_between_a_commands_join_and_its_send_record_keeps_the_task_woken() {
         arguments: &args,
     };
     let Ok(Output::Task(task)) =
-        settle_devices::tools::call(&ctx, "set_temperature", &args, &caller)
+        settle_devices::tools::call(ctx, "set_temperature", &args, &caller)
     else {
         panic!("set_temperature made no task");
     };
     let sent_stage = task.stage.clone();
     assert!(matches!(sent_stage, Stage::Sent { .. }), "{sent_stage:?}");
 
-    // The moment between the two writes of a send: the task has joined its
-    // device (and dropped its own wake) but its record does not say sent.
     let now = platform.now_ms();
     ctx.store
         .update(&task.id, now, |t| {
@@ -154,11 +163,9 @@ fn a_tick_between_a_commands_join_and_its_send_record_keeps_the_task_woken() {
     platform
         .unschedule(std::slice::from_ref(&task.id))
         .expect("unschedule");
-    // The device's tick runs now, after the command landed: the reading
-    // changed, so every waiting task is looked at.
     platform.set_now(now + APPLY_MS + 1);
     let tick = vec![settle_devices::store::device_wake_id("ac")];
-    app::advance::run(&ctx, "ac", &tick).expect("tick");
+    app::advance::run(ctx, "ac", &tick).expect("tick");
     let model = ctx.store.device("ac").expect("model");
     let own_wake = platform.wakes().iter().any(|w| w.task_id == task.id);
     assert!(
@@ -167,21 +174,14 @@ fn a_tick_between_a_commands_join_and_its_send_record_keeps_the_task_woken() {
         model.waiting.keys().collect::<Vec<_>>(),
         platform.wakes()
     );
+    (task.id, sent_stage)
+}
 
-    // The send's record lands, and the runner goes on waking the plugin.
-    ctx.store
-        .update(&task.id, platform.now_ms(), |t| {
-            t.stage = sent_stage.clone();
-            true
-        })
-        .expect("update")
-        .expect("the task exists");
-    run_wakes(&platform, &ctx, START_MS + TTL_MS - 1);
-    let ended = ctx
-        .store
-        .load(&task.id)
-        .expect("load")
-        .expect("the task exists");
+/// Runs the wakes until just before the TTL and checks the task completed
+/// on wakes alone (no client read it).
+fn assert_completes_on_wakes(platform: &MemoryPlatform, ctx: &Context<'_>, id: &str) {
+    run_wakes(platform, ctx, START_MS + TTL_MS - 1);
+    let ended = ctx.store.load(id).expect("load").expect("the task exists");
     assert_eq!(
         ended.status,
         Status::Completed,
@@ -192,4 +192,31 @@ fn a_tick_between_a_commands_join_and_its_send_record_keeps_the_task_woken() {
         ended.updated_at_ms < START_MS + TTL_MS,
         "ended within its TTL"
     );
+}
+
+#[test]
+fn a_tick_between_a_commands_join_and_its_send_record_keeps_the_task_woken() {
+    let platform = platform();
+    let ctx = context(&platform);
+    let (id, sent_stage) = tick_between_join_and_record(&platform, &ctx);
+    // The send's record lands, and the runner goes on waking the plugin.
+    ctx.store
+        .update(&id, platform.now_ms(), |t| {
+            t.stage = sent_stage.clone();
+            true
+        })
+        .expect("update")
+        .expect("the task exists");
+    assert_completes_on_wakes(&platform, &ctx, &id);
+}
+
+#[test]
+fn a_send_whose_record_never_lands_is_sent_again_though_its_device_keeps_ticking() {
+    let platform = platform();
+    let ctx = context(&platform);
+    // The replica died before recording the send: the record stays
+    // `Sending` while the device's ticks go on (the task still waits on
+    // it). The recovery wake must fire all the same and send again.
+    let (id, _) = tick_between_join_and_record(&platform, &ctx);
+    assert_completes_on_wakes(&platform, &ctx, &id);
 }

@@ -143,9 +143,11 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
                 // lands (two writes, one after the other), or a crash fell
                 // between them: nothing to judge yet, and its place stays.
                 // The recovery wake the join took away comes back, so the
-                // task is woken even if that record never lands.
+                // task is woken even if that record never lands. It is
+                // counted from the record's last write, not from now, so
+                // ticks that keep coming cannot keep pushing it away.
                 Some(record) if record.stage == Stage::Sending => {
-                    let at = recovery_wake(ctx, now);
+                    let at = recovery_wake(ctx, record.updated_at_ms);
                     schedule_one(ctx.platform, id, &record.device_id, at)?;
                     continue;
                 }
