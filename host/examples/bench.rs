@@ -756,9 +756,24 @@ async fn main() -> anyhow::Result<()> {
     if let Some(seconds) = profile_seconds() {
         return profile(&sim, seconds).await;
     }
-    sandbox_cost(&sim.base_url()).await?;
-    http_throughput(&sim).await?;
-    time_to_completed().await?;
-    tasks_at_scale().await?;
+    if part("sandbox") {
+        sandbox_cost(&sim.base_url()).await?;
+    }
+    if part("calls") {
+        http_throughput(&sim).await?;
+    }
+    if part("completion") {
+        time_to_completed().await?;
+    }
+    if part("tasks") {
+        tasks_at_scale().await?;
+    }
     Ok(())
+}
+
+/// Whether to run one part of the benchmark: all of them, or those named
+/// in `BENCH_ONLY` (comma-separated: sandbox, calls, completion, tasks),
+/// for a quick measure of one change.
+fn part(name: &str) -> bool {
+    std::env::var("BENCH_ONLY").map_or(true, |only| only.split(',').any(|p| p.trim() == name))
 }
