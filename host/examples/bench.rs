@@ -17,7 +17,7 @@ use clap::Parser;
 use device_sim::SimConfig;
 use serde_json::{Value, json};
 use settle::app::Runner;
-use settle::bindings::settle::plugin::types::TaskView;
+use settle::bindings::settle::plugin::types::{CallRequest, ClientContext, TaskView};
 use settle::cli::{Cli, Command};
 use settle::config::RunnerConfig;
 use settle::context::{Limits, TenantContext};
@@ -29,6 +29,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+#[path = "support/process.rs"]
+mod process;
+use process::spawn_settle;
 
 fn plugin() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -78,8 +82,36 @@ async fn sandbox_cost(api: &str) -> anyhow::Result<()> {
         native.push(t.elapsed());
         assert!(v.is_none());
     }
+    let mut device = Vec::with_capacity(N);
+    let call = CallRequest {
+        name: "get_device_state".into(),
+        arguments: json!({"device_id": "ac-00000"}).to_string(),
+        client: ClientContext {
+            protocol_version: "2026-07-28".into(),
+            tasks: true,
+            elicitation: false,
+            sampling: false,
+            roots: false,
+            client_name: None,
+            client_version: None,
+        },
+        input_responses: None,
+        request_state: None,
+    };
+    for i in 0..N + 200 {
+        let t = Instant::now();
+        let r = runtime.call_tool(&tenant, &call, None).await;
+        if i >= 200 {
+            device.push(t.elapsed());
+        }
+        assert!(
+            matches!(r, Ok(Ok(_))),
+            "get_device_state must answer: {r:?}"
+        );
+    }
     wasm.sort();
     native.sort();
+    device.sort();
     let (w, n) = (percentile(&wasm, 0.5), percentile(&native, 0.5));
     println!("## Wasm sandbox cost per tool call ({N} calls, redb store)");
     println!(
@@ -95,6 +127,11 @@ async fn sandbox_cost(api: &str) -> anyhow::Result<()> {
     println!(
         "  added by the sandbox:                        median {:.1} µs",
         micros(w.saturating_sub(n))
+    );
+    println!(
+        "  get_device_state as a plugin call, no MCP:   median {:.1} µs, p99 {:.1} µs",
+        micros(percentile(&device, 0.5)),
+        micros(percentile(&device, 0.99))
     );
     Ok(())
 }
@@ -257,9 +294,24 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
     let api = sim.base_url();
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("http.redb");
-    let (url, _stop) = serve(config(&api, store.to_str().unwrap(), "0")?).await?;
+    // `BENCH_SETTLE=process`: settle as its own process (the release binary,
+    // with its own runtime), as a user runs it; otherwise in this process,
+    // sharing the runtime with the client and the simulator.
+    let own_process = std::env::var("BENCH_SETTLE").is_ok_and(|v| v == "process");
+    let (url, _stop, _process) = if own_process {
+        let settle = spawn_settle(&api, dir.path(), &["--inline-wait-ms", "0"], &[]).await?;
+        (settle.url.clone(), None, Some(settle))
+    } else {
+        let (url, stop) = serve(config(&api, store.to_str().unwrap(), "0")?).await?;
+        (url, Some(stop), None)
+    };
     println!(
-        "## get_device_state over HTTP (3 s per row; client in the same process; each worker its own device)"
+        "## get_device_state over HTTP (3 s per row; settle {}; each worker its own device)",
+        if own_process {
+            "as its own process"
+        } else {
+            "in the client's process"
+        }
     );
     println!(
         "  {:<40} {:>10} {:>10} {:>10} {:>8}",

@@ -17,9 +17,11 @@ use anyhow::Context;
 use clap::Parser;
 use device_sim::{DeviceSpec, SimConfig};
 use serde_json::{Value, json};
-use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::io::AsyncBufReadExt;
+
+#[path = "support/process.rs"]
+mod process;
+use process::spawn_settle;
 
 #[derive(Parser)]
 struct Args {
@@ -48,10 +50,6 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-fn target_dir() -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target")
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -76,40 +74,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let api = sim.base_url();
     let dir = tempfile::tempdir()?;
-    let settle = target_dir().join("release/settle");
-    let plugin = target_dir().join("wasm32-wasip2/release/settle_devices.wasm");
-    let mut child = tokio::process::Command::new(&settle)
-        .args(["serve", "--http", "127.0.0.1:0", "--device-api", &api])
-        .arg("--plugin")
-        .arg(&plugin)
-        .arg("--store")
-        .arg(dir.path().join("settle.redb"))
-        .args(["--inline-wait-ms", "0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", settle.display()))?;
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    // What settle said before it served, so a start that fails says why.
-    let mut said = Vec::new();
-    let url = loop {
-        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-            .await
-            .context("settle did not start")??;
-        let Some(line) = line else {
-            anyhow::bail!(
-                "{} exited before serving (is it older than the plugin? `make bench` builds it):\n{}",
-                settle.display(),
-                said.join("\n")
-            );
-        };
-        if let Some(rest) = line.split("serving MCP at ").nth(1) {
-            break rest.trim().to_string();
-        }
-        said.push(line);
-    };
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let settle = spawn_settle(&api, dir.path(), &["--inline-wait-ms", "0"], &[]).await?;
+    let url = settle.url.clone();
 
     println!("## Completion lag: the simulator applying a command -> the task recorded completed");
     println!(
@@ -172,7 +138,7 @@ async fn main() -> anyhow::Result<()> {
         reads(&all_poller),
         reads(&all_settle) / reads(&all_poller)
     );
-    child.kill().await.ok();
+    drop(settle);
     Ok(())
 }
 

@@ -53,6 +53,15 @@ pub fn config(key: &str) -> Result<Option<String>, String> {
     })
 }
 
+/// Every configuration value handed over by the runner, in one host call:
+/// a plugin that reads many keys on every call pays one crossing instead of
+/// one per key.
+pub fn config_all() -> Result<Vec<(String, String)>, String> {
+    config::get_all().map_err(|e| match e {
+        config::Error::Upstream(m) | config::Error::Io(m) => format!("config: {m}"),
+    })
+}
+
 /// Writes a line to the runner's log, which adds the tenant.
 pub fn log(level: Level, message: &str) {
     runner::log(level, message);

@@ -4,16 +4,21 @@ use super::{CasDecision, Kv, Level, Platform, Wake};
 use crate::bindings::settle::plugin::types::{TaskStatus, TaskView};
 use crate::host;
 use crate::task::{Status, TaskRecord, tool_result};
+use std::cell::OnceCell;
+use std::collections::BTreeMap;
 
-/// The runner's imports. Opening the bucket is the only work done up front.
+/// The runner's imports. Opening the bucket is the only work done up front;
+/// the configuration is read whole, once, when a key is first asked for.
 pub struct WasiPlatform {
     kv: WasiKv,
+    config: OnceCell<Result<BTreeMap<String, String>, String>>,
 }
 
 impl WasiPlatform {
     pub fn open() -> Result<WasiPlatform, String> {
         Ok(WasiPlatform {
             kv: WasiKv(host::Kv::open()?),
+            config: OnceCell::new(),
         })
     }
 }
@@ -53,7 +58,12 @@ impl Platform for WasiPlatform {
     }
 
     fn config(&self, key: &str) -> Result<Option<String>, String> {
-        host::config(key)
+        // Settings read about twenty keys per call: one `get-all` instead
+        // of a host call each.
+        let all = self
+            .config
+            .get_or_init(|| host::config_all().map(|pairs| pairs.into_iter().collect()));
+        Ok(all.as_ref().map_err(Clone::clone)?.get(key).cloned())
     }
 
     fn kv(&self) -> &dyn Kv {

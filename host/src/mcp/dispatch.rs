@@ -8,7 +8,7 @@
 
 use super::convert::{
     call_error, fault_error, questions_from_plugin, result_from_plugin, server_capabilities,
-    task_error, task_from_plugin,
+    task_error, task_from_plugin, to_mcp_tool,
 };
 use super::{era, legacy};
 use crate::bindings::settle::plugin::types::{
@@ -17,13 +17,14 @@ use crate::bindings::settle::plugin::types::{
 use crate::capabilities::runner::RequestNotifier;
 use crate::drain::Drain;
 use crate::events::{Hub, Interest};
-use crate::plugin::PluginInfo;
+use crate::plugin::{Plugin, PluginInfo};
 use crate::runtime::Runtime;
 use crate::tenant::Tenant;
+use arc_swap::ArcSwapOption;
 use rmcp::RoleServer;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CreateTaskResult, ErrorData, InputRequiredResult,
-    ServerCapabilities,
+    ServerCapabilities, Tool,
 };
 use rmcp::service::RequestContext;
 use serde_json::Value;
@@ -69,6 +70,21 @@ pub struct Dispatch {
     options: ServeOptions,
     /// Counts calls in flight, so shutdown can let them finish.
     drain: Drain,
+    /// The plugin's tools and server as rmcp types, converted once per
+    /// loaded plugin rather than on every request.
+    converted: ArcSwapOption<Converted>,
+}
+
+/// What one loaded plugin said about itself, as rmcp types. rmcp asks for
+/// the server's info and the called tool on every request; converting the
+/// plugin's JSON each time showed in the profile of a `tools/call`.
+struct Converted {
+    /// The plugin these came from: a swap makes them stale.
+    plugin: Arc<Plugin>,
+    /// `None` until the plugin's tool list has been read.
+    tools: Option<Vec<Tool>>,
+    /// `None` until the plugin accepted its configuration.
+    server: Option<(ServerCapabilities, Option<String>)>,
 }
 
 impl Dispatch {
@@ -84,7 +100,59 @@ impl Dispatch {
             tenant,
             options,
             drain,
+            converted: ArcSwapOption::empty(),
         }
+    }
+
+    /// The current plugin's tools and server as rmcp types, converted the
+    /// first time they are asked for after a load, a swap, or the plugin's
+    /// first answer about them.
+    fn converted(&self) -> Arc<Converted> {
+        let plugin = self.tenant.plugin.load_full();
+        if let Some(cached) = self.converted.load_full() {
+            let stale = !Arc::ptr_eq(&cached.plugin, &plugin)
+                || (cached.tools.is_none() && plugin.cached_tools().is_some())
+                || (cached.server.is_none() && plugin.cached_info().is_some());
+            if !stale {
+                return cached;
+            }
+        }
+        let tools = plugin.cached_tools().map(|tools| {
+            tools
+                .iter()
+                .filter_map(|tool| match to_mcp_tool(tool) {
+                    Ok(tool) => Some(tool),
+                    Err(e) => {
+                        tracing::warn!(tenant = %self.tenant.name(), tool = %tool.name, "tool left out: {}", e.message);
+                        None
+                    }
+                })
+                .collect()
+        });
+        let server = plugin.cached_info().map(|info| {
+            (
+                server_capabilities(&info.capabilities),
+                info.instructions.clone(),
+            )
+        });
+        let fresh = Arc::new(Converted {
+            plugin,
+            tools,
+            server,
+        });
+        self.converted.store(Some(fresh.clone()));
+        fresh
+    }
+
+    /// A tool of the current plugin as rmcp describes it, if its tool list
+    /// has been read.
+    pub fn tool(&self, name: &str) -> Option<Tool> {
+        self.converted()
+            .tools
+            .as_ref()?
+            .iter()
+            .find(|t| t.name == name)
+            .cloned()
     }
 
     /// The tenant served.
@@ -107,19 +175,18 @@ impl Dispatch {
         &self.tenant.context.events
     }
 
-    /// What the plugin said about its server when it was admitted.
-    pub fn plugin_info(&self) -> PluginInfo {
-        self.tenant
-            .plugin
-            .load()
-            .cached_info()
-            .cloned()
-            .unwrap_or_default()
+    /// The server's instructions, as the plugin gave them when it was
+    /// admitted.
+    pub fn instructions(&self) -> Option<String> {
+        self.converted().server.as_ref()?.1.clone()
     }
 
     /// The server's capabilities: the runner's and the plugin's.
     pub fn capabilities(&self) -> ServerCapabilities {
-        server_capabilities(&self.plugin_info().capabilities)
+        match &self.converted().server {
+            Some((capabilities, _)) => capabilities.clone(),
+            None => server_capabilities(&PluginInfo::default().capabilities),
+        }
     }
 
     /// Runs a `tools/call`.

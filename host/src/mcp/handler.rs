@@ -139,7 +139,7 @@ impl Settle {
 
 impl ServerHandler for Settle {
     fn get_info(&self) -> ServerConfig {
-        let instructions = self.dispatch.plugin_info().instructions;
+        let instructions = self.dispatch.instructions();
         let config = ServerConfig::new(self.dispatch.capabilities())
             .with_server_info(Implementation::new("settle", env!("CARGO_PKG_VERSION")));
         match instructions {
@@ -155,12 +155,7 @@ impl ServerHandler for Settle {
     fn get_tool(&self, name: &str) -> Option<Tool> {
         // Used by rmcp to check `Mcp-Param-*` headers; only the tool list
         // already read can answer synchronously.
-        let plugin = self.dispatch.tenant().plugin.load();
-        plugin
-            .cached_tools()?
-            .iter()
-            .find(|t| t.name == name)
-            .and_then(|t| to_mcp_tool(t).ok())
+        self.dispatch.tool(name)
     }
 
     async fn list_tools(
