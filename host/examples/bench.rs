@@ -2,15 +2,20 @@
 //!
 //! Prints the numbers the foundation issue asks for, each measured in this
 //! one run so they can be compared as ratios on a noisy machine:
-//! - the added cost of the Wasm sandbox per tool call (median, µs);
+//! - the added cost of the Wasm sandbox per tool call (median, µs), and
+//!   `get_device_state` as a bare plugin call (no MCP);
 //! - `get_device_state` over HTTP at concurrency 1 and 8 (requests/s, p50,
-//!   p99), next to direct requests to the simulator;
+//!   p99), next to direct requests to the simulator; `BENCH_SETTLE=process`
+//!   runs settle as its own process for these rows;
 //! - the byte size of the `tools/list` result;
 //! - acceptance to `completed` with a 4 s actuation delay, and the sensor
 //!   reads it took;
-//! - `tasks/get` over HTTP with 10,000 stored tasks (requests/s, p50, p99);
+//! - `tasks/get` over HTTP with 10,000 stored tasks (requests/s, p50, p99),
+//!   and the creation rate with 8 and with 64 clients;
 //! - the delay from a task's change to a `subscriptions/listen` listener
 //!   (p50, p99).
+//!
+//! `BENCH_ONLY=sandbox,calls,completion,tasks` runs only the parts named.
 
 use anyhow::Context;
 use clap::Parser;
@@ -304,7 +309,7 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
     // sharing the runtime with the client and the simulator.
     let own_process = std::env::var("BENCH_SETTLE").is_ok_and(|v| v == "process");
     let (url, _stop, _process) = if own_process {
-        let settle = spawn_settle(&api, dir.path(), &["--inline-wait-ms", "0"], &[]).await?;
+        let settle = spawn_settle(&api, dir.path(), &["--inline-wait-ms", "0"]).await?;
         (settle.url.clone(), None, Some(settle))
     } else {
         let (url, stop) = serve(config(&api, store.to_str().unwrap(), "0")?).await?;

@@ -74,7 +74,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let api = sim.base_url();
     let dir = tempfile::tempdir()?;
-    let settle = spawn_settle(&api, dir.path(), &["--inline-wait-ms", "0"], &[]).await?;
+    let settle = spawn_settle(&api, dir.path(), &["--inline-wait-ms", "0"]).await?;
     let url = settle.url.clone();
 
     println!("## Completion lag: the simulator applying a command -> the task recorded completed");

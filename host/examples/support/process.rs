@@ -21,13 +21,12 @@ pub struct SettleProcess {
 }
 
 /// Starts `target/release/settle serve` on an ephemeral port against
-/// `api`, its store in `store_dir`, with `extra` arguments and `env`
-/// variables, and waits until it serves (at most 60 s).
+/// `api`, its store in `store_dir`, with `extra` arguments, and waits until
+/// it serves (at most 60 s).
 pub async fn spawn_settle(
     api: &str,
     store_dir: &Path,
     extra: &[&str],
-    env: &[(&str, &str)],
 ) -> anyhow::Result<SettleProcess> {
     let settle = target_dir().join("release/settle");
     let plugin = target_dir().join("wasm32-wasip2/release/settle_devices.wasm");
@@ -38,7 +37,6 @@ pub async fn spawn_settle(
         .arg("--store")
         .arg(store_dir.join("settle.redb"))
         .args(extra)
-        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
