@@ -143,3 +143,45 @@ async fn a_plugin_built_for_another_contract_version_is_refused_with_both_named(
     );
     assert_eq!(s.tool_names().await, ["hello"], "the old plugin serves");
 }
+
+/// The MCP layer keeps the plugin's tools and server info converted for
+/// rmcp; after a swap it must describe the new plugin, not the old one.
+#[tokio::test]
+async fn after_a_swap_the_mcp_layer_describes_the_new_plugins_tools_and_server() {
+    use settle::drain::Drain;
+    use settle::mcp::dispatch::{Dispatch, ServeOptions};
+    let s = Setup::new(&hello_plugin_path(), &[]);
+    let dispatch = Dispatch::new(
+        s.runtime.clone(),
+        s.tenant(),
+        ServeOptions::default(),
+        Drain::default(),
+    );
+    let plugin = s.tenant().plugin.load_full();
+    s.runtime
+        .info_of(&s.tenant(), plugin)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.tool_names().await, ["hello"]);
+    assert!(dispatch.tool("hello").is_some());
+    assert_eq!(
+        dispatch.instructions().as_deref(),
+        Some("Call hello to be greeted.")
+    );
+
+    let outcome = s
+        .swap_to(&std::fs::read(fixtures_plugin_path()).unwrap())
+        .await;
+    assert!(matches!(outcome, SwapOutcome::Loaded { .. }), "{outcome:?}");
+    assert!(dispatch.tool("slow_compute").is_some());
+    assert!(
+        dispatch.tool("hello").is_none(),
+        "the old plugin's tool is still described"
+    );
+    let instructions = dispatch.instructions().unwrap_or_default();
+    assert!(
+        !instructions.is_empty() && instructions != "Call hello to be greeted.",
+        "instructions after the swap: {instructions:?}"
+    );
+}
