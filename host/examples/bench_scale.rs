@@ -7,8 +7,10 @@
 //! creates the tasks over MCP, samples the runner's RSS, then checks every
 //! stored task straight from the store: each must have completed within the
 //! device's delay plus two poll intervals of its acceptance. It prints the
-//! time taken, RSS, sensor reads per device, store size, and the cost of
-//! `tasks/get` with 10,000 and with all tasks stored.
+//! time taken, RSS, sensor reads per device, store size, the latency of
+//! `tasks/get` with 10,000 and with all tasks stored (one at a time, while
+//! tasks are in flight), and its throughput with 1 and 8 clients after the
+//! wait for every task to end.
 
 use anyhow::{Context, bail, ensure};
 use clap::Parser;
@@ -171,6 +173,57 @@ async fn tasks_get_cost(
     Ok((latencies[n / 2], latencies[n * 99 / 100]))
 }
 
+/// `tasks/get` throughput on stored tasks with `concurrency` clients for
+/// `span`: requests per second, and the p50 and p99 latency.
+async fn tasks_get_rate(
+    url: &str,
+    ids: Arc<Vec<String>>,
+    concurrency: usize,
+    span: Duration,
+) -> anyhow::Result<(f64, Duration, Duration)> {
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (url, ids, next) = (url.to_string(), ids.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut latencies = Vec::new();
+            while started.elapsed() < span {
+                let id = &ids[next.fetch_add(7919, Ordering::Relaxed) % ids.len()];
+                let sent = Instant::now();
+                let reply = rpc(
+                    &client,
+                    &url,
+                    "tasks/get",
+                    Some(id),
+                    json!({"taskId": id, "_meta": tasks_meta()}),
+                )
+                .await?;
+                latencies.push(sent.elapsed());
+                ensure!(
+                    reply["result"]["taskId"] == json!(id),
+                    "tasks/get failed: {reply}"
+                );
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for worker in workers {
+        latencies.extend(worker.await??);
+    }
+    let took = started.elapsed();
+    latencies.sort();
+    let n = latencies.len();
+    ensure!(n > 0, "no tasks/get answered within {span:?}");
+    Ok((
+        n as f64 / took.as_secs_f64(),
+        latencies[n / 2],
+        latencies[n * 99 / 100],
+    ))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -315,16 +368,27 @@ async fn main() -> anyhow::Result<()> {
         rss_in_flight
     );
 
-    // Wait until the simulator has applied every command and two more poll
-    // intervals have passed, then stop the runners and read the store.
-    let applied_by =
-        Duration::from_millis(args.delay_ms) + Duration::from_millis(2 * args.poll_ms + 5_000);
-    let wait = applied_by.saturating_sub(creation);
+    // Every task asks its device for the same value, so a device acts once,
+    // `delay_ms` after its first command; a task created after that ends at
+    // one of its next reads. Everything has ended two polls after the later
+    // of the two: wait that long, then stop the runners and read the store.
+    let wait = Duration::from_millis(args.delay_ms).saturating_sub(creation)
+        + Duration::from_millis(2 * args.poll_ms + 5_000);
     println!(
         "  waiting {:.0} s for the devices to act and the tasks to settle",
         wait.as_secs_f64()
     );
     tokio::time::sleep(wait).await;
+    // Throughput once the wait is over: by then every task should have
+    // ended (the results say whether it did) and the scheduler be idle, as
+    // in `make bench`'s tasks/get rows.
+    let ids = Arc::new(ids);
+    let mut rates = Vec::new();
+    for concurrency in [1, 8] {
+        let rate =
+            tasks_get_rate(&urls[0], ids.clone(), concurrency, Duration::from_secs(5)).await?;
+        rates.push((concurrency, rate));
+    }
     let client = reqwest::Client::new();
     let stats: Value = client
         .get(format!("{api}/_sim/stats"))
@@ -436,6 +500,14 @@ async fn main() -> anyhow::Result<()> {
         large_store_cost.0.as_secs_f64() * 1e6,
         large_store_cost.1.as_secs_f64() * 1e6
     );
+    for (concurrency, (rps, p50, p99)) in rates {
+        println!(
+            "  tasks/get with {} tasks stored, after the wait, concurrency {concurrency}: {rps:.0} req/s, p50 {:.0} µs, p99 {:.0} µs",
+            ids.len(),
+            p50.as_secs_f64() * 1e6,
+            p99.as_secs_f64() * 1e6
+        );
+    }
     drop(sim);
     Ok(())
 }
