@@ -16,7 +16,7 @@ use crate::model::{Field, Value};
 use crate::platform::schedule_one;
 use crate::question::{self, Question, QuestionKind, Reply};
 use crate::store::device_wake_id;
-use crate::task::{FieldState, TaskRecord, Verdict, next_grid_read};
+use crate::task::{FieldState, Standing, TaskRecord, Verdict, next_grid_read};
 use serde_json::{Value as Json, json};
 
 /// A command as a tool parsed it from its arguments.
@@ -360,7 +360,20 @@ fn join_timeline(
         .update_device(device_id, |model| {
             let recorded = model.record_send(&record.id, &command, now, timing);
             let horizons = model.horizons(record.fields.iter().map(|f| f.field), now, timing);
-            let check_at = horizons.patience_at.min(record.deadline_ms());
+            let grid = next_grid_read(device_id, now, timing.poll_interval_ms, 0);
+            // A command whose values the device already shows, with no
+            // earlier command left that could change them, is looked at on
+            // the next read: an unchanged reading would otherwise pass it
+            // by until its patience ran out (the device's whole delay).
+            let shown_already = record.fields.iter().all(|f| {
+                model.standing(f.field, &f.sent, recorded.seq, now, now, timing) == Standing::Landed
+            });
+            let check_at = if shown_already {
+                grid
+            } else {
+                horizons.patience_at
+            }
+            .min(record.deadline_ms());
             let base = model.reads;
             model.waiting.insert(
                 record.id.clone(),
@@ -370,7 +383,6 @@ fn join_timeline(
                     deadline: record.deadline_ms(),
                 },
             );
-            let grid = next_grid_read(device_id, now, timing.poll_interval_ms, 0);
             let read_at = model.next_read_ms(now, timing, grid).min(check_at);
             let reschedule = match model.wake_at {
                 Some(at) if at > now && at <= read_at => None,
