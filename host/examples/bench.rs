@@ -35,17 +35,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "support/load.rs"]
+mod load;
 #[path = "support/process.rs"]
 mod process;
+use load::{Load, load, percentile};
 use process::spawn_settle;
 
 fn plugin() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../target/wasm32-wasip2/release/settle_devices.wasm")
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn micros(d: Duration) -> f64 {
@@ -144,56 +143,6 @@ async fn sandbox_cost(api: &str) -> anyhow::Result<()> {
         micros(percentile(&device, 0.99))
     );
     Ok(())
-}
-
-struct Load {
-    rps: f64,
-    p50: Duration,
-    p99: Duration,
-    n: usize,
-    /// Every latency, sorted: what the percentile chart draws.
-    sorted: Vec<Duration>,
-}
-
-/// Sends requests from `concurrency` workers for `duration`; `send` is
-/// given the worker's number.
-async fn load(
-    concurrency: usize,
-    duration: Duration,
-    send: impl Fn(reqwest::Client, usize) -> futures::future::BoxFuture<'static, anyhow::Result<()>>
-    + Send
-    + Sync
-    + 'static,
-) -> anyhow::Result<Load> {
-    let send = Arc::new(send);
-    let client = reqwest::Client::new();
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for worker in 0..concurrency {
-        let (send, client) = (send.clone(), client.clone());
-        workers.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            while started.elapsed() < duration {
-                let t = Instant::now();
-                send(client.clone(), worker).await?;
-                latencies.push(t.elapsed());
-            }
-            anyhow::Ok(latencies)
-        }));
-    }
-    let mut all = Vec::new();
-    for w in workers {
-        all.extend(w.await??);
-    }
-    let elapsed = started.elapsed();
-    all.sort();
-    Ok(Load {
-        rps: all.len() as f64 / elapsed.as_secs_f64(),
-        p50: percentile(&all, 0.5),
-        p99: percentile(&all, 0.99),
-        n: all.len(),
-        sorted: all,
-    })
 }
 
 fn mcp_request(

@@ -22,6 +22,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncBufReadExt;
 
+// `sorted` is for `bench`'s chart; this driver draws none.
+#[allow(dead_code)]
+#[path = "support/load.rs"]
+mod load;
+use load::{Load, load};
+
 #[derive(Parser, Debug)]
 struct Args {
     /// Tasks to create.
@@ -144,6 +150,29 @@ async fn rpc(
     serde_json::from_str(data).with_context(|| format!("not JSON-RPC: {text}"))
 }
 
+/// One `tasks/get` of `id`, checked: how long its answer took.
+async fn timed_tasks_get(
+    client: &reqwest::Client,
+    url: &str,
+    id: &str,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let reply = rpc(
+        client,
+        url,
+        "tasks/get",
+        Some(id),
+        json!({"taskId": id, "_meta": tasks_meta()}),
+    )
+    .await?;
+    let took = started.elapsed();
+    ensure!(
+        reply["result"]["taskId"] == json!(id),
+        "tasks/get failed: {reply}"
+    );
+    Ok(took)
+}
+
 /// Median and p99 of `tasks/get` on random stored tasks, one at a time.
 async fn tasks_get_cost(
     url: &str,
@@ -153,75 +182,27 @@ async fn tasks_get_cost(
     let client = reqwest::Client::new();
     let mut latencies = Vec::with_capacity(n);
     for i in 0..n {
-        let id = &ids[(i * 7919) % ids.len()];
-        let started = Instant::now();
-        let reply = rpc(
-            &client,
-            url,
-            "tasks/get",
-            Some(id),
-            json!({"taskId": id, "_meta": tasks_meta()}),
-        )
-        .await?;
-        latencies.push(started.elapsed());
-        ensure!(
-            reply["result"]["taskId"] == json!(id),
-            "tasks/get failed: {reply}"
-        );
+        latencies.push(timed_tasks_get(&client, url, &ids[(i * 7919) % ids.len()]).await?);
     }
     latencies.sort();
     Ok((latencies[n / 2], latencies[n * 99 / 100]))
 }
 
 /// `tasks/get` throughput on stored tasks with `concurrency` clients for
-/// `span`: requests per second, and the p50 and p99 latency.
+/// `span`.
 async fn tasks_get_rate(
     url: &str,
     ids: Arc<Vec<String>>,
     concurrency: usize,
     span: Duration,
-) -> anyhow::Result<(f64, Duration, Duration)> {
-    let started = Instant::now();
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut workers = Vec::new();
-    for _ in 0..concurrency {
-        let (url, ids, next) = (url.to_string(), ids.clone(), next.clone());
-        workers.push(tokio::spawn(async move {
-            let client = reqwest::Client::new();
-            let mut latencies = Vec::new();
-            while started.elapsed() < span {
-                let id = &ids[next.fetch_add(7919, Ordering::Relaxed) % ids.len()];
-                let sent = Instant::now();
-                let reply = rpc(
-                    &client,
-                    &url,
-                    "tasks/get",
-                    Some(id),
-                    json!({"taskId": id, "_meta": tasks_meta()}),
-                )
-                .await?;
-                latencies.push(sent.elapsed());
-                ensure!(
-                    reply["result"]["taskId"] == json!(id),
-                    "tasks/get failed: {reply}"
-                );
-            }
-            anyhow::Ok(latencies)
-        }));
-    }
-    let mut latencies = Vec::new();
-    for worker in workers {
-        latencies.extend(worker.await??);
-    }
-    let took = started.elapsed();
-    latencies.sort();
-    let n = latencies.len();
-    ensure!(n > 0, "no tasks/get answered within {span:?}");
-    Ok((
-        n as f64 / took.as_secs_f64(),
-        latencies[n / 2],
-        latencies[n * 99 / 100],
-    ))
+) -> anyhow::Result<Load> {
+    let (url, next) = (url.to_string(), Arc::new(AtomicUsize::new(0)));
+    load(concurrency, span, move |client, _| {
+        let id = ids[next.fetch_add(7919, Ordering::Relaxed) % ids.len()].clone();
+        let url = url.clone();
+        Box::pin(async move { timed_tasks_get(&client, &url, &id).await.map(drop) })
+    })
+    .await
 }
 
 #[tokio::main]
@@ -369,9 +350,11 @@ async fn main() -> anyhow::Result<()> {
     );
 
     // Every task asks its device for the same value, so a device acts once,
-    // `delay_ms` after its first command; a task created after that ends at
-    // one of its next reads. Everything has ended two polls after the later
-    // of the two: wait that long, then stop the runners and read the store.
+    // `delay_ms` after its first command, and the tasks created before
+    // that end with it. A task created after it finds the value already
+    // shown and ends at its device's next read. So everything has ended two
+    // polls after the later of the two: wait that long, then stop the
+    // runners and read the store.
     let wait = Duration::from_millis(args.delay_ms).saturating_sub(creation)
         + Duration::from_millis(2 * args.poll_ms + 5_000);
     println!(
@@ -500,12 +483,14 @@ async fn main() -> anyhow::Result<()> {
         large_store_cost.0.as_secs_f64() * 1e6,
         large_store_cost.1.as_secs_f64() * 1e6
     );
-    for (concurrency, (rps, p50, p99)) in rates {
+    for (concurrency, rate) in rates {
         println!(
-            "  tasks/get with {} tasks stored, after the wait, concurrency {concurrency}: {rps:.0} req/s, p50 {:.0} µs, p99 {:.0} µs",
+            "  tasks/get with {} tasks stored, after the wait, concurrency {concurrency}: {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs ({} requests)",
             ids.len(),
-            p50.as_secs_f64() * 1e6,
-            p99.as_secs_f64() * 1e6
+            rate.rps,
+            rate.p50.as_secs_f64() * 1e6,
+            rate.p99.as_secs_f64() * 1e6,
+            rate.n
         );
     }
     drop(sim);
