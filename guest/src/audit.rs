@@ -179,32 +179,44 @@ fn meta(bytes: Option<&[u8]>) -> Result<Meta, String> {
 /// Appends a record, and drops those past the count cap and (every few
 /// appends) the age limit.
 pub fn append(platform: &dyn Platform, entry: &Entry) -> Result<(), String> {
+    append_many(platform, std::slice::from_ref(entry))
+}
+
+/// Appends records in order, with one number reservation, one write of
+/// them all and one removal of those past the count cap: a device reading
+/// that ends a hundred tasks costs three store round trips, not three
+/// hundred (each waiting for its own commit, and all of them racing for
+/// `audit/meta`).
+pub fn append_many(platform: &dyn Platform, entries: &[Entry]) -> Result<(), String> {
     let retention = Retention::of(platform)?;
-    if retention.max_records == 0 {
+    if retention.max_records == 0 || entries.is_empty() {
         return Ok(());
     }
     let kv = platform.kv();
-    let (seq, dropped) = cas_update(kv, META, |current| {
+    let count = entries.len() as u64;
+    let (first, oldest, dropped) = cas_update(kv, META, |current| {
         let mut m = meta(current)?;
-        let seq = m.next;
-        m.next += 1;
-        let mut dropped = Vec::new();
-        while m.next - m.oldest > retention.max_records {
-            dropped.push(m.oldest);
-            m.oldest += 1;
-        }
+        let first = m.next;
+        m.next += count;
+        let before = m.oldest;
+        m.oldest = m.oldest.max(m.next.saturating_sub(retention.max_records));
         let bytes = serde_json::to_vec(&m).expect("audit meta serializes");
-        Ok(CasUpdate::Write(bytes, (seq, dropped)))
+        Ok(CasUpdate::Write(bytes, (first, m.oldest, before..m.oldest)))
     })?;
-    let bytes = serde_json::to_vec(entry).expect("audit records serialize");
-    cas_update(kv, &entry_key(seq), |_| {
-        Ok(CasUpdate::Write(bytes.clone(), ()))
-    })?;
-    for old in dropped {
-        kv.delete(&entry_key(old))?;
-    }
+    // A batch longer than the cap keeps only its newest records.
+    let records: Vec<(String, Vec<u8>)> = (first..)
+        .zip(entries)
+        .filter(|(seq, _)| *seq >= oldest)
+        .map(|(seq, entry)| {
+            let bytes = serde_json::to_vec(entry).expect("audit records serialize");
+            (entry_key(seq), bytes)
+        })
+        .collect();
+    kv.set_many(&records)?;
+    let dropped: Vec<String> = dropped.filter(|seq| *seq < first).map(entry_key).collect();
+    kv.delete_many(&dropped)?;
     platform.resource_updated(URI);
-    if seq % AGE_CHECK_EVERY == 0 {
+    if (first..first + count).any(|seq| seq % AGE_CHECK_EVERY == 0) {
         drop_expired(platform, retention)?;
     }
     Ok(())
@@ -248,9 +260,8 @@ fn drop_expired(platform: &dyn Platform, retention: Retention) -> Result<(), Str
         ))
     })?;
     if moved {
-        for seq in m.oldest..expired_to {
-            kv.delete(&entry_key(seq))?;
-        }
+        let expired: Vec<String> = (m.oldest..expired_to).map(entry_key).collect();
+        kv.delete_many(&expired)?;
     }
     Ok(())
 }
@@ -494,6 +505,37 @@ mod tests {
         assert_eq!(ids(&list(&p, &since).unwrap()), ["t4", "t3"]);
         let one = Filter { limit: 1, ..all };
         assert_eq!(ids(&list(&p, &one).unwrap()), ["t4"]);
+    }
+
+    #[test]
+    fn a_batch_is_appended_in_order_under_the_count_cap() {
+        use crate::platform::memory::MemoryPlatform;
+        let p = MemoryPlatform::new(1_000, &[("audit_max_records", "4")]);
+        append(&p, &entry("first", "a", Outcome::Completed, 1_000)).unwrap();
+        let batch = |names: &[&str]| -> Vec<Entry> {
+            names
+                .iter()
+                .map(|n| entry(n, "a", Outcome::Completed, 1_001))
+                .collect()
+        };
+        append_many(&p, &batch(&["b1", "b2", "b3"])).unwrap();
+        let all = Filter {
+            limit: 100,
+            ..Filter::default()
+        };
+        assert_eq!(ids(&list(&p, &all).unwrap()), ["b3", "b2", "b1", "first"]);
+        // Longer than the cap: only the newest four are kept, and the
+        // records before the batch leave the store.
+        append_many(&p, &batch(&["c1", "c2", "c3", "c4", "c5"])).unwrap();
+        assert_eq!(ids(&list(&p, &all).unwrap()), ["c5", "c4", "c3", "c2"]);
+        let stored = p
+            .keys()
+            .into_iter()
+            .filter(|k| k.starts_with("audit/entry/"))
+            .count();
+        assert_eq!(stored, 4, "nothing past the cap stays in the store");
+        append_many(&p, &[]).unwrap();
+        assert_eq!(list(&p, &all).unwrap().len(), 4);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use crate::device::{DeviceModel, Waiter, state_digest};
 use crate::driver::Reading;
 use crate::model::{Field, Value};
-use crate::platform::{CasUpdate, Platform, cas_update, schedule_one};
+use crate::platform::{CasUpdate, Platform, Wake, cas_update, schedule_one};
 use crate::task::{RECORD_FORMAT, TaskRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -61,6 +61,31 @@ struct LastReading {
 /// A remembered reading is refreshed in the store once it is this old, even
 /// if nothing changed, so it can stand in for a fresh read.
 const REFRESH_AFTER_MS: u64 = 500;
+
+/// What storing tasks' changes leaves to write afterwards: the audit
+/// records of the tasks that ended and the tasks' own next wakes. A
+/// device's tick may end a hundred tasks on one reading; gathered, their
+/// records and wakes take two store round trips instead of several each,
+/// every one waiting for its own commit.
+#[derive(Default)]
+pub struct Aftermath {
+    ended: Vec<crate::audit::Entry>,
+    wakes: Vec<Wake>,
+}
+
+impl Aftermath {
+    /// Plans `record`'s own next wake, if it needs one (a task waiting on
+    /// its device is woken by the device's tick instead).
+    pub fn wake(&mut self, record: &TaskRecord, now_ms: u64) {
+        if let Some(at_ms) = record.next_wake_ms(now_ms) {
+            self.wakes.push(Wake {
+                task_id: record.id.clone(),
+                group: record.device_id.clone(),
+                at_ms,
+            });
+        }
+    }
+}
 
 /// The records, over a platform's bucket.
 pub struct Store<'p> {
@@ -139,7 +164,24 @@ impl<'p> Store<'p> {
         &self,
         id: &str,
         now_ms: u64,
+        change: impl FnMut(&mut TaskRecord) -> bool,
+    ) -> Result<Option<(TaskRecord, bool)>, String> {
+        let mut after = Aftermath::default();
+        let outcome = self.update_deferred(id, now_ms, change, &mut after)?;
+        self.finish(after)?;
+        Ok(outcome)
+    }
+
+    /// [`Store::update`], leaving the audit record of a task it ends and
+    /// the task's own next wake in `after`, for [`Store::finish`] to write
+    /// together with those of other tasks. Listeners hear of the change at
+    /// once.
+    pub fn update_deferred(
+        &self,
+        id: &str,
+        now_ms: u64,
         mut change: impl FnMut(&mut TaskRecord) -> bool,
+        after: &mut Aftermath,
     ) -> Result<Option<(TaskRecord, bool)>, String> {
         let key = task_key(id);
         let mut ended = false;
@@ -164,20 +206,33 @@ impl<'p> Store<'p> {
         if let Some((record, true, visible)) = &outcome {
             if ended {
                 // The write that ended it happens once (terminal states
-                // never change), so each task is recorded once. A record
-                // that cannot be written is logged; the task has ended
-                // regardless, and its listeners must still hear of it.
-                let entry = crate::audit::Entry::of_task(record);
-                if let Err(e) = crate::audit::append(self.platform, &entry) {
-                    self.platform.log(
-                        crate::platform::Level::Warn,
-                        &format!("audit trail: task {} not recorded: {e}", record.id),
-                    );
-                }
+                // never change), so each task is recorded once.
+                after.ended.push(crate::audit::Entry::of_task(record));
             }
-            self.commit(record, now_ms, *visible)?;
+            if *visible {
+                self.platform.task_changed(record);
+            }
+            after.wake(record, now_ms);
         }
         Ok(outcome.map(|(record, changed, _)| (record, changed)))
+    }
+
+    /// Writes what [`Store::update_deferred`] left: the audit records in
+    /// one append, then the wakes in one schedule. A record that cannot be
+    /// written is logged: the tasks have ended regardless, and their
+    /// listeners have heard of it.
+    pub fn finish(&self, after: Aftermath) -> Result<(), String> {
+        if let Err(e) = crate::audit::append_many(self.platform, &after.ended) {
+            let ids: Vec<&str> = after.ended.iter().map(|entry| entry.id.as_str()).collect();
+            self.platform.log(
+                crate::platform::Level::Warn,
+                &format!("audit trail: tasks {} not recorded: {e}", ids.join(", ")),
+            );
+        }
+        if after.wakes.is_empty() {
+            return Ok(());
+        }
+        self.platform.schedule(&after.wakes)
     }
 
     /// After a change is stored: tell the runner if a client would see a

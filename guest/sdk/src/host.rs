@@ -78,6 +78,20 @@ pub fn schedule(task_id: &str, group: &str, at_ms: u64) -> Result<(), String> {
     .map_err(|e| schedule_error(e, "wakes", 1))
 }
 
+/// Asks the runner for several wakes in one call, so they are made durable
+/// together: `(task id, group, at ms)` each.
+pub fn schedule_many(wakes: &[(&str, &str, u64)]) -> Result<(), String> {
+    let wakes: Vec<runner::Wake> = wakes
+        .iter()
+        .map(|(task_id, group, at_ms)| runner::Wake {
+            task_id: task_id.to_string(),
+            group: group.to_string(),
+            at_ms: *at_ms,
+        })
+        .collect();
+    runner::schedule(&wakes).map_err(|e| schedule_error(e, "wakes", wakes.len()))
+}
+
 /// Stops waking these tasks.
 pub fn unschedule(task_ids: &[String]) -> Result<(), String> {
     runner::unschedule(task_ids).map_err(|e| schedule_error(e, "tasks", task_ids.len()))
@@ -159,6 +173,16 @@ impl Kv {
 
     pub fn delete(&self, key: &str) -> Result<(), String> {
         self.bucket.delete(key).map_err(kv_error)
+    }
+
+    /// Writes many keys in one call; the runner makes them durable together.
+    pub fn set_many(&self, pairs: &[(String, Vec<u8>)]) -> Result<(), String> {
+        batch::set_many(&self.bucket, pairs).map_err(kv_error)
+    }
+
+    /// Removes many keys in one call; a missing key is not an error.
+    pub fn delete_many(&self, keys: &[String]) -> Result<(), String> {
+        batch::delete_many(&self.bucket, keys).map_err(kv_error)
     }
 
     /// Reads `key`, lets `update` decide, and writes only if nobody wrote the

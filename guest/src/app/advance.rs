@@ -18,7 +18,7 @@ use super::readings::observed;
 use crate::device::Waiter;
 use crate::model::Field;
 use crate::platform::{Level, schedule_one};
-use crate::store::{device_of_wake, device_wake_id};
+use crate::store::{Aftermath, device_of_wake, device_wake_id};
 use crate::task::Standing;
 use crate::task::{FailureReason, Sight, Stage, TaskRecord, backoff, next_grid_read};
 use std::collections::BTreeMap;
@@ -127,6 +127,9 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
     let mut updates: BTreeMap<String, Option<Waiter>> = BTreeMap::new();
     // Commands that tasks gave up on as not applied: watched a while longer.
     let mut given_up = Vec::new();
+    // The audit records and own wakes of the tasks judged, written together
+    // once every task has been judged.
+    let mut after = Aftermath::default();
     if let Some(sight_reading) = seen_reading {
         let due: Vec<String> = seen
             .waiting
@@ -171,7 +174,22 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
                         standings: &standings,
                         horizons,
                     };
-                    let stored = ctx.store.update(id, now, |t| t.observe(now, &sight))?;
+                    let stored = ctx.store.update_deferred(
+                        id,
+                        now,
+                        |t| t.observe(now, &sight),
+                        &mut after,
+                    )?;
+                    if let Some((t, false)) = &stored
+                        && t.is_terminal()
+                    {
+                        // Ended earlier, yet still waiting here: the call
+                        // that ended it stopped before it was taken off this
+                        // device (a crash). Its removal below may otherwise
+                        // be the last anyone sees of it, so its purge is
+                        // planned again (a wake replaces an equal one).
+                        after.wake(t, now);
+                    }
                     if let Some((t, true)) = &stored
                         && t.failure.as_ref().map(|f| f.reason) == Some(FailureReason::NotApplied)
                     {
@@ -189,6 +207,10 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
             updates.insert(id.clone(), update);
         }
     }
+    // Before the device's model lets go of the tasks: if this fails, the
+    // tick runs again after its lease, finds the tasks it ended still
+    // waiting, and plans their wakes again (above).
+    ctx.store.finish(after)?;
 
     let leaves_empty = seen
         .waiting

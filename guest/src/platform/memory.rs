@@ -41,6 +41,19 @@ impl Kv for MemoryKv {
         Ok(())
     }
 
+    fn set_many(&self, pairs: &[(String, Vec<u8>)]) -> Result<(), String> {
+        self.map.borrow_mut().extend(pairs.iter().cloned());
+        Ok(())
+    }
+
+    fn delete_many(&self, keys: &[String]) -> Result<(), String> {
+        let mut map = self.map.borrow_mut();
+        for key in keys {
+            map.remove(key);
+        }
+        Ok(())
+    }
+
     fn cas(&self, key: &str, decide: &mut CasDecision<'_>) -> Result<(), String> {
         // Nobody else writes in between: one round always wins.
         let current = self.map.borrow().get(key).cloned();

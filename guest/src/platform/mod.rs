@@ -24,6 +24,14 @@ pub trait Kv {
 
     fn delete(&self, key: &str) -> Result<(), String>;
 
+    /// Writes many keys in one round trip, durable together: for records
+    /// nobody else writes (an audit record under a number just reserved),
+    /// since it overwrites without looking.
+    fn set_many(&self, pairs: &[(String, Vec<u8>)]) -> Result<(), String>;
+
+    /// Removes many keys in one round trip; a missing key is not an error.
+    fn delete_many(&self, keys: &[String]) -> Result<(), String>;
+
     /// Reads `key`, lets `decide` choose what to write (`None` keeps it),
     /// and writes only if nobody wrote the key in between; otherwise runs
     /// `decide` again on the fresh value. [`cas_update`] is the typed way in.

@@ -25,6 +25,10 @@ impl WasiPlatform {
 
 struct WasiKv(host::Kv);
 
+/// The most keys or wakes sent in one host call: well under what the
+/// runner takes (10,000), so a batch is never refused for its length.
+const BATCH: usize = 1_000;
+
 impl Kv for WasiKv {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, String> {
         self.0.get(key)
@@ -36,6 +40,17 @@ impl Kv for WasiKv {
 
     fn delete(&self, key: &str) -> Result<(), String> {
         self.0.delete(key)
+    }
+
+    fn set_many(&self, pairs: &[(String, Vec<u8>)]) -> Result<(), String> {
+        pairs
+            .chunks(BATCH)
+            .try_for_each(|chunk| self.0.set_many(chunk))
+    }
+
+    fn delete_many(&self, keys: &[String]) -> Result<(), String> {
+        keys.chunks(BATCH)
+            .try_for_each(|chunk| self.0.delete_many(chunk))
     }
 
     fn cas(&self, key: &str, decide: &mut CasDecision<'_>) -> Result<(), String> {
@@ -71,9 +86,15 @@ impl Platform for WasiPlatform {
     }
 
     fn schedule(&self, wakes: &[Wake]) -> Result<(), String> {
-        wakes
-            .iter()
-            .try_for_each(|w| host::schedule(&w.task_id, &w.group, w.at_ms))
+        // One host call per chunk: the runner writes a call's wakes in one
+        // commit.
+        wakes.chunks(BATCH).try_for_each(|chunk| {
+            let chunk: Vec<(&str, &str, u64)> = chunk
+                .iter()
+                .map(|w| (w.task_id.as_str(), w.group.as_str(), w.at_ms))
+                .collect();
+            host::schedule_many(&chunk)
+        })
     }
 
     fn unschedule(&self, task_ids: &[String]) -> Result<(), String> {

@@ -261,12 +261,12 @@ impl batch::Host for KvView<'_> {
         if key_values.len() > MAX_BATCH_KEYS {
             return Ok(Err(too_many(key_values.len())));
         }
-        for (key, value) in key_values {
-            if let Err(e) = self.ctx.store.set(&ns, &key, value).await {
-                return Ok(Err(wit_error(e)));
-            }
-        }
-        Ok(Ok(()))
+        Ok(self
+            .ctx
+            .store
+            .set_many(&ns, key_values)
+            .await
+            .map_err(wit_error))
     }
 
     async fn delete_many(
@@ -278,12 +278,12 @@ impl batch::Host for KvView<'_> {
         if keys.len() > MAX_BATCH_KEYS {
             return Ok(Err(too_many(keys.len())));
         }
-        for key in keys {
-            if let Err(e) = self.ctx.store.delete(&ns, &key).await {
-                return Ok(Err(wit_error(e)));
-            }
-        }
-        Ok(Ok(()))
+        Ok(self
+            .ctx
+            .store
+            .delete_many(&ns, &keys)
+            .await
+            .map_err(wit_error))
     }
 }
 

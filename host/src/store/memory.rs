@@ -36,6 +36,17 @@ impl MemoryStore {
         self.lock().kv.remove(key);
     }
 
+    pub fn set_many(&self, pairs: Vec<(String, Vec<u8>)>) {
+        self.lock().kv.extend(pairs);
+    }
+
+    pub fn delete_many(&self, keys: &[String]) {
+        let mut inner = self.lock();
+        for key in keys {
+            inner.kv.remove(key);
+        }
+    }
+
     pub fn keys_after(
         &self,
         prefix: &str,

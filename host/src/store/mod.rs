@@ -163,6 +163,38 @@ impl Store {
         }
     }
 
+    /// Writes several values as one change: on the file backend one commit
+    /// however many there are, so a plugin that writes a batch (the audit
+    /// records of every task a device reading ended) waits for one disk
+    /// flush, not one each.
+    pub async fn set_many(&self, ns: &str, pairs: Vec<(String, Vec<u8>)>) -> StoreResult<()> {
+        let pairs: Vec<(String, Vec<u8>)> = pairs
+            .into_iter()
+            .map(|(key, value)| (full_key(ns, &key), value))
+            .collect();
+        match &self.0 {
+            Memory(m) => {
+                m.set_many(pairs);
+                Ok(())
+            }
+            Redb(r) => r.set_many(pairs).await,
+            Redis(r) => r.set_many(&pairs).await,
+        }
+    }
+
+    /// Removes several keys as one change (see [`Store::set_many`]).
+    pub async fn delete_many(&self, ns: &str, keys: &[String]) -> StoreResult<()> {
+        let keys: Vec<String> = keys.iter().map(|key| full_key(ns, key)).collect();
+        match &self.0 {
+            Memory(m) => {
+                m.delete_many(&keys);
+                Ok(())
+            }
+            Redb(r) => r.delete_many(keys).await,
+            Redis(r) => r.delete_many(&keys).await,
+        }
+    }
+
     /// Removes a key; removing a missing key is not an error.
     pub async fn delete(&self, ns: &str, key: &str) -> StoreResult<()> {
         match &self.0 {

@@ -58,7 +58,9 @@ struct Job {
 
 enum WriteOp {
     Set(String, Vec<u8>),
+    SetMany(Vec<(String, Vec<u8>)>),
     Delete(String),
+    DeleteMany(Vec<String>),
     Cas(String, Option<Vec<u8>>, Vec<u8>),
     Increment(String, i64),
     Schedule(String, Vec<Wake>),
@@ -210,6 +212,14 @@ impl RedbStore {
         self.write(WriteOp::Delete(key)).await.map(|_| ())
     }
 
+    pub async fn set_many(&self, pairs: Vec<(String, Vec<u8>)>) -> StoreResult<()> {
+        self.write(WriteOp::SetMany(pairs)).await.map(|_| ())
+    }
+
+    pub async fn delete_many(&self, keys: Vec<String>) -> StoreResult<()> {
+        self.write(WriteOp::DeleteMany(keys)).await.map(|_| ())
+    }
+
     pub async fn compare_and_swap(
         &self,
         key: String,
@@ -309,6 +319,22 @@ fn apply(txn: &WriteTransaction, op: &WriteOp) -> StoreResult<Outcome> {
         WriteOp::Delete(key) => {
             let mut table = txn.open_table(KV).map_err(unavailable)?;
             table.remove(key.as_str()).map_err(unavailable)?;
+            Ok(Outcome::Done)
+        }
+        WriteOp::SetMany(pairs) => {
+            let mut table = txn.open_table(KV).map_err(unavailable)?;
+            for (key, value) in pairs {
+                table
+                    .insert(key.as_str(), value.as_slice())
+                    .map_err(unavailable)?;
+            }
+            Ok(Outcome::Done)
+        }
+        WriteOp::DeleteMany(keys) => {
+            let mut table = txn.open_table(KV).map_err(unavailable)?;
+            for key in keys {
+                table.remove(key.as_str()).map_err(unavailable)?;
+            }
             Ok(Outcome::Done)
         }
         WriteOp::Cas(key, expected, new) => {

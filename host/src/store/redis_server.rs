@@ -157,6 +157,42 @@ impl RedisStore {
             .map_err(|e| self.fail(e))
     }
 
+    /// Writes every pair in one atomic pipeline: one round trip.
+    pub async fn set_many(&self, pairs: &[(String, Vec<u8>)]) -> StoreResult<()> {
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (key, value) in pairs {
+            pipe.set(value_key(key), value)
+                .ignore()
+                .zadd(index_key(key), key, 0)
+                .ignore();
+        }
+        pipe.query_async::<()>(&mut self.conn())
+            .await
+            .map_err(|e| self.fail(e))
+    }
+
+    /// Removes every key in one atomic pipeline: one round trip.
+    pub async fn delete_many(&self, keys: &[String]) -> StoreResult<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for key in keys {
+            pipe.del(value_key(key))
+                .ignore()
+                .zrem(index_key(key), key)
+                .ignore();
+        }
+        pipe.query_async::<()>(&mut self.conn())
+            .await
+            .map_err(|e| self.fail(e))
+    }
+
     /// Keys of `prefix`'s namespace from `start` on, in name order.
     pub async fn keys_after(
         &self,

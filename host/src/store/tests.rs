@@ -128,6 +128,51 @@ async fn namespaces_do_not_see_each_other() {
 }
 
 #[tokio::test]
+async fn batches_write_and_delete_in_their_namespace_and_are_listed() {
+    for (name, store, _keep) in backends().await {
+        store.set("u", "b", b"other".to_vec()).await.unwrap();
+        let pairs = vec![
+            ("a".to_string(), b"1".to_vec()),
+            ("b".to_string(), b"2".to_vec()),
+            ("c".to_string(), b"3".to_vec()),
+        ];
+        store.set_many("t", pairs).await.unwrap();
+        let keys = ["a", "b", "c"].map(String::from);
+        let got = store.get_many("t", &keys).await.unwrap();
+        assert_eq!(
+            got,
+            [
+                Some(b"1".to_vec()),
+                Some(b"2".to_vec()),
+                Some(b"3".to_vec())
+            ],
+            "{name}"
+        );
+        let (listed, _) = store.list_keys("t", None).await.unwrap();
+        assert_eq!(
+            listed, keys,
+            "{name}: a batch's keys are listed like any other"
+        );
+        store
+            .delete_many(
+                "t",
+                &["a".to_string(), "c".to_string(), "missing".to_string()],
+            )
+            .await
+            .unwrap();
+        let (listed, _) = store.list_keys("t", None).await.unwrap();
+        assert_eq!(listed, ["b"], "{name}");
+        assert_eq!(
+            store.get("u", "b").await.unwrap(),
+            Some(b"other".to_vec()),
+            "{name}: another namespace's key of the same name is untouched"
+        );
+        store.set_many("t", Vec::new()).await.unwrap();
+        store.delete_many("t", &[]).await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn list_keys_pages_with_a_cursor() {
     for (name, store, _keep) in backends().await {
         for i in 0..(LIST_PAGE + 5) {
