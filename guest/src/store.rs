@@ -185,7 +185,7 @@ impl<'p> Store<'p> {
     ) -> Result<Option<(TaskRecord, bool)>, String> {
         let key = task_key(id);
         let mut ended = false;
-        let outcome = cas_update(self.platform.kv(), &key, |current| {
+        let mut outcome = cas_update(self.platform.kv(), &key, |current| {
             let Some(bytes) = current else {
                 return Ok(CasUpdate::Keep(None));
             };
@@ -193,24 +193,27 @@ impl<'p> Store<'p> {
             let before = record.to_detailed_json();
             let was_terminal = record.is_terminal();
             if change(&mut record) {
-                let visible = record.to_detailed_json() != before;
+                // Kept for the listeners when it differs: rendering it is a
+                // good part of what a task's change costs.
+                let detailed = record.to_detailed_json();
+                let visible = (detailed != before).then_some(detailed);
                 ended = !was_terminal && record.is_terminal();
                 Ok(CasUpdate::Write(
                     encode(&record),
                     Some((record, true, visible)),
                 ))
             } else {
-                Ok(CasUpdate::Keep(Some((record, false, false))))
+                Ok(CasUpdate::Keep(Some((record, false, None))))
             }
         })?;
-        if let Some((record, true, visible)) = &outcome {
+        if let Some((record, true, visible)) = &mut outcome {
             if ended {
                 // The write that ended it happens once (terminal states
                 // never change), so each task is recorded once.
                 after.ended.push(crate::audit::Entry::of_task(record));
             }
-            if *visible {
-                self.platform.task_changed(record);
+            if let Some(detailed) = visible.take() {
+                self.platform.task_changed(record, detailed);
             }
             after.wake(record, now_ms);
         }
@@ -242,7 +245,8 @@ impl<'p> Store<'p> {
     /// device's tick instead).
     pub fn commit(&self, record: &TaskRecord, now_ms: u64, visible: bool) -> Result<(), String> {
         if visible {
-            self.platform.task_changed(record);
+            self.platform
+                .task_changed(record, record.to_detailed_json());
         }
         match record.next_wake_ms(now_ms) {
             Some(at) => schedule_one(self.platform, &record.id, &record.device_id, at),

@@ -10,7 +10,10 @@
 //! interleaving is set up step by step over the in-memory platform.
 //!
 //! Nor is a task left waiting when its device already shows what it asks
-//! for: the next read ends it, not the device's whole delay.
+//! for: the next read ends it, not the device's whole delay. That holds as
+//! well for a command that joins while the read that sees the change is on
+//! its way, which the scale benchmark found with tasks created as devices
+//! acted.
 
 use serde_json::json;
 use settle_devices::app::{self, Caller, Client, Context, Output};
@@ -22,17 +25,27 @@ use settle_devices::settings::Settings;
 use settle_devices::task::{Stage, Status};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 const START_MS: u64 = 1_764_547_200_000;
 const TTL_MS: u64 = 60_000;
 /// How long the device takes to apply a command.
 const APPLY_MS: u64 = 2_000;
 
+/// What the thermostat shows, and a command on its way (value, when it
+/// lands); shared by every context that drives the same device.
+type Shown = Rc<RefCell<(f64, Option<(f64, u64)>)>>;
+
+/// Something to do while each read is on its way.
+type DuringRead<'p> = Option<Box<dyn Fn() + 'p>>;
+
 /// One thermostat, `ac`, that applies a command `APPLY_MS` after taking it.
 struct Thermostat<'p> {
     platform: &'p MemoryPlatform,
-    /// What it shows, and a command on its way (value, when it lands).
-    state: RefCell<(f64, Option<(f64, u64)>)>,
+    state: Shown,
+    /// Runs inside every read: another call's work that falls between a
+    /// tick's loading the device and its writing back what it read.
+    during_read: DuringRead<'p>,
 }
 
 impl Thermostat<'_> {
@@ -57,6 +70,9 @@ impl Driver for Thermostat<'_> {
     }
 
     fn read(&self, _device_id: &str) -> Result<Reading, DriverError> {
+        if let Some(during) = &self.during_read {
+            during();
+        }
         Ok(Reading {
             online: true,
             values: BTreeMap::from([(Field::TargetTemperature, Value::Number(self.shown()))]),
@@ -124,9 +140,16 @@ fn platform_polling_every(poll_ms: u64) -> MemoryPlatform {
 }
 
 fn context(platform: &MemoryPlatform) -> Context<'_> {
+    sharing(platform, Rc::new(RefCell::new((26.0, None))), None)
+}
+
+/// A context on a thermostat whose state is `state`, which runs `during`
+/// inside each read.
+fn sharing<'p>(platform: &'p MemoryPlatform, state: Shown, during: DuringRead<'p>) -> Context<'p> {
     let device = Thermostat {
         platform,
-        state: RefCell::new((26.0, None)),
+        state,
+        during_read: during,
     };
     let settings = Settings::from_lookup(|key| platform.config(key)).expect("settings");
     Context::with_driver(platform, settings, Box::new(device))
@@ -134,7 +157,12 @@ fn context(platform: &MemoryPlatform) -> Context<'_> {
 
 /// Sends `ac` to 24 as a client that follows tasks; the task, as sent.
 fn set_24(ctx: &Context<'_>) -> settle_devices::task::TaskRecord {
-    let args = json!({"device_id": "ac", "temperature": 24});
+    set_to(ctx, 24.0)
+}
+
+/// Sends `ac` to `temperature`; the task, as sent.
+fn set_to(ctx: &Context<'_>, temperature: f64) -> settle_devices::task::TaskRecord {
+    let args = json!({"device_id": "ac", "temperature": temperature});
     let caller = Caller {
         client: Client {
             tasks: true,
@@ -258,5 +286,60 @@ fn a_command_the_device_already_shows_ends_at_the_next_read_not_after_the_delay(
         "ended within two polls ({} ms) of being accepted, not after the device's {APPLY_MS} ms: {}",
         2 * POLL_MS,
         again.status_message
+    );
+}
+
+#[test]
+fn a_command_that_joins_while_a_read_sees_the_change_ends_at_the_next_read() {
+    const POLL_MS: u64 = 200;
+    let platform = platform_polling_every(POLL_MS);
+    let state: Shown = Rc::new(RefCell::new((26.0, None)));
+    // Another caller (another HTTP request, or another replica), on the
+    // same device and store.
+    let other = sharing(&platform, state.clone(), None);
+    let armed = std::cell::Cell::new(false);
+    let second = RefCell::new(None);
+    // The second 25 is asked for while the tick that sees the first one
+    // land is reading the device: after the tick loaded the device's
+    // model, before it writes back what it read. When it joins, the model
+    // does not yet know the device shows 25, and no later reading changes.
+    let ctx = sharing(
+        &platform,
+        state.clone(),
+        Some(Box::new(|| {
+            if armed.get() && second.borrow().is_none() {
+                *second.borrow_mut() = Some((set_to(&other, 25.0), platform.now_ms()));
+            }
+        })),
+    );
+    // A 24 first, which teaches the model the device's delay.
+    let learn = set_24(&ctx);
+    run_wakes(&platform, &ctx, START_MS + 3 * APPLY_MS);
+    let learn = ctx.store.load(&learn.id).expect("load").expect("exists");
+    assert_eq!(learn.status, Status::Completed, "{}", learn.status_message);
+
+    // This time the device is quicker than it taught the model: the first
+    // 25 lands after a quarter of the delay, so a command joining then
+    // expects it to land later.
+    let sent = START_MS + 4 * APPLY_MS;
+    platform.set_now(sent);
+    let first = set_to(&ctx, 25.0);
+    state.borrow_mut().1 = Some((25.0, sent + APPLY_MS / 4));
+    platform.set_now(sent + APPLY_MS / 4 + 1);
+    armed.set(true);
+    app::advance::run(&ctx, "ac", &[settle_devices::store::device_wake_id("ac")]).expect("tick");
+    let first = ctx.store.load(&first.id).expect("load").expect("exists");
+    assert_eq!(first.status, Status::Completed, "{}", first.status_message);
+    let (second, accepted) = second.take().expect("the read let the second command in");
+
+    run_wakes(&platform, &ctx, accepted + 2 * POLL_MS);
+    let second = ctx.store.load(&second.id).expect("load").expect("exists");
+    assert_eq!(
+        second.status,
+        Status::Completed,
+        "the device showed 25 from the read it joined during, so the next read ends it \
+         (within two polls, {} ms), not its patience: {}",
+        2 * POLL_MS,
+        second.status_message
     );
 }

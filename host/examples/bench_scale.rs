@@ -43,6 +43,13 @@ struct Args {
     /// task finishes before the first one is applied.
     #[arg(long, default_value_t = 900_000)]
     delay_ms: u64,
+    /// Spreads the devices' delays: device `i` acts `delay_ms + spread × i /
+    /// devices` after its first command, as a fleet's devices do not all
+    /// act at once. Each task is checked against its own device's delay.
+    /// 0 (the default) has every device act together: a burst of every
+    /// task ending at once.
+    #[arg(long, default_value_t = 0)]
+    delay_spread_ms: u64,
     /// The plugin's poll interval.
     #[arg(long, default_value_t = 10_000)]
     poll_ms: u64,
@@ -96,6 +103,32 @@ async fn spawn(
         .flatten()
         .context("the process did not say where it listens")?;
     Ok(Child { child, address })
+}
+
+/// Device `id`'s delay under `--delay-spread-ms` (`ac-00042` is device 42).
+fn device_delay_ms(args: &Args, id: &str) -> u64 {
+    let index: u64 = id
+        .strip_prefix("ac-")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    args.delay_ms + args.delay_spread_ms * index / args.devices.max(1) as u64
+}
+
+/// Gives every device its own delay through the simulator's side door.
+async fn spread_delays(api: &str, args: &Args) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    for i in 0..args.devices {
+        let id = format!("ac-{i:05}");
+        let delay_ms = device_delay_ms(args, &id);
+        client
+            .post(format!("{api}/_sim/devices/{id}/delay"))
+            .json(&json!({ "delay_ms": delay_ms }))
+            .send()
+            .await?
+            .error_for_status()
+            .with_context(|| format!("setting {id}'s delay"))?;
+    }
+    Ok(())
 }
 
 fn rss_kib(pid: u32, field: &str) -> u64 {
@@ -221,11 +254,12 @@ async fn main() -> anyhow::Result<()> {
     }
     let dir = tempfile::tempdir()?;
     println!(
-        "settle scale benchmark: {} tasks over {} devices, store {}, delay {} s, poll {} s",
+        "settle scale benchmark: {} tasks over {} devices, store {}, delay {} s (+ up to {} s by device), poll {} s",
         args.tasks,
         args.devices,
         args.store,
         args.delay_ms / 1000,
+        args.delay_spread_ms / 1000,
         args.poll_ms / 1000
     );
 
@@ -239,6 +273,11 @@ async fn main() -> anyhow::Result<()> {
     sim_command.args(["--delay-ms", &args.delay_ms.to_string()]);
     let sim = spawn(sim_command, "listening on ", &dir.path().join("sim.log")).await?;
     let api = sim.address.clone();
+    if args.delay_spread_ms > 0 {
+        spread_delays(&api, &args).await?;
+    }
+    // The longest any device takes; the plugin's windows are sized to it.
+    let longest_delay_ms = args.delay_ms + args.delay_spread_ms;
 
     let (store, replicas, _redis) = match args.store.as_str() {
         "redb" => (dir.path().join("bench.redb").display().to_string(), 1, None),
@@ -271,9 +310,9 @@ async fn main() -> anyhow::Result<()> {
     let settings = format!(
         "poll_interval_ms={},settle_window_ms={},ttl_ms={},probe_max_age_ms={}",
         args.poll_ms,
-        args.delay_ms * 2,
-        args.delay_ms * 3,
-        args.delay_ms
+        longest_delay_ms * 2,
+        longest_delay_ms * 3,
+        longest_delay_ms
     );
     let mut runners = Vec::new();
     for n in 0..replicas {
@@ -350,12 +389,12 @@ async fn main() -> anyhow::Result<()> {
     );
 
     // Every task asks its device for the same value, so a device acts once,
-    // `delay_ms` after its first command, and the tasks created before
+    // its delay after its first command, and the tasks created before
     // that end with it. A task created after it finds the value already
     // shown and ends at its device's next read. So everything has ended two
     // polls after the later of the two: wait that long, then stop the
     // runners and read the store.
-    let wait = Duration::from_millis(args.delay_ms).saturating_sub(creation)
+    let wait = Duration::from_millis(longest_delay_ms).saturating_sub(creation)
         + Duration::from_millis(2 * args.poll_ms + 5_000);
     println!(
         "  waiting {:.0} s for the devices to act and the tasks to settle",
@@ -415,21 +454,31 @@ async fn main() -> anyhow::Result<()> {
         "redb" => std::fs::metadata(&store)?.len(),
         _ => redis_memory(&store).await?,
     };
-    let limit_ms = args.delay_ms + 2 * args.poll_ms;
+    let limit_ms = |device: &str| device_delay_ms(&args, device) + 2 * args.poll_ms;
     let (mut completed, mut late, mut other) = (0usize, 0usize, 0usize);
     let mut spans = Vec::new();
+    // When each completed task ended, and when the first task was accepted.
+    let mut ends = Vec::new();
+    let mut first_accepted = u64::MAX;
     for bytes in &records {
         let task: Value = serde_json::from_slice(bytes)?;
         if task["status"] != "completed" {
             other += 1;
+            if other <= 3 {
+                println!(
+                    "  not completed: task {} on {}: {} ({})",
+                    task["id"], task["device_id"], task["status"], task["status_message"]
+                );
+            }
             continue;
         }
         completed += 1;
-        let span = task["ended_at_ms"]
-            .as_u64()
-            .unwrap_or(0)
-            .saturating_sub(task["created_at_ms"].as_u64().unwrap_or(0));
-        if span > limit_ms {
+        let created = task["created_at_ms"].as_u64().unwrap_or(0);
+        let ended = task["ended_at_ms"].as_u64().unwrap_or(0);
+        first_accepted = first_accepted.min(created);
+        ends.push(ended);
+        let span = ended.saturating_sub(created);
+        if span > limit_ms(task["device_id"].as_str().unwrap_or_default()) {
             late += 1;
         }
         spans.push(span);
@@ -437,15 +486,35 @@ async fn main() -> anyhow::Result<()> {
     spans.sort();
     println!("## Results");
     println!(
-        "  tasks stored: {}; completed {completed}; not completed {other}; over delay + 2 polls ({} s): {late}",
+        "  tasks stored: {}; completed {completed}; not completed {other}; over their device's delay + 2 polls ({}): {late}",
         records.len(),
-        limit_ms / 1000
+        if args.delay_spread_ms == 0 {
+            format!("{} s", (args.delay_ms + 2 * args.poll_ms) / 1000)
+        } else {
+            format!(
+                "{}-{} s",
+                (args.delay_ms + 2 * args.poll_ms) / 1000,
+                (longest_delay_ms + 2 * args.poll_ms) / 1000
+            )
+        }
     );
     if !spans.is_empty() {
         println!(
             "  acceptance to completed: median {:.1} s, max {:.1} s",
             spans[spans.len() / 2] as f64 / 1e3,
             spans[spans.len() - 1] as f64 / 1e3
+        );
+    }
+    ends.sort();
+    if let (Some(first), Some(last)) = (ends.first(), ends.last()) {
+        // With creation shorter than the delay, every task ends after the
+        // devices act, so this is the rate at which one runner ends a burst.
+        let seconds = |ms: u64| ms.saturating_sub(first_accepted) as f64 / 1e3;
+        println!(
+            "  completions: the first {:.1} s and the last {:.1} s after the first acceptance; {:.0} per second between",
+            seconds(*first),
+            seconds(*last),
+            ends.len() as f64 / ((last - first).max(1) as f64 / 1e3)
         );
     }
     println!(

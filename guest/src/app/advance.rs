@@ -243,6 +243,17 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
                 None => {}
             }
         }
+        if changed {
+            // Joined while this reading was on its way: its check was set
+            // against the model from before it, and the device may show its
+            // values already. Unchanged reads would pass it by until that
+            // check came; the next read judges it instead.
+            for (id, waiter) in m.waiting.iter_mut() {
+                if !seen.waiting.contains_key(id) {
+                    waiter.check_at = waiter.check_at.min(now);
+                }
+            }
+        }
         for seq in &given_up {
             m.watch(*seq, now + timing.settle_window_ms);
         }

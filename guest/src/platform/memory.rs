@@ -167,7 +167,7 @@ impl Platform for MemoryPlatform {
         Ok(())
     }
 
-    fn task_changed(&self, task: &TaskRecord) {
+    fn task_changed(&self, task: &TaskRecord, _detailed: serde_json::Value) {
         self.changes.borrow_mut().push(task.clone());
     }
 

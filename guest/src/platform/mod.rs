@@ -109,8 +109,10 @@ pub trait Platform {
 
     fn unschedule(&self, task_ids: &[String]) -> Result<(), String>;
 
-    /// A task changed in a way a client can see.
-    fn task_changed(&self, task: &TaskRecord);
+    /// A task changed in a way a client can see. `detailed` is its
+    /// [`TaskRecord::to_detailed_json`], which the caller has already
+    /// rendered to tell that the change is visible.
+    fn task_changed(&self, task: &TaskRecord, detailed: serde_json::Value);
 
     /// A resource changed; its subscribers are told.
     fn resource_updated(&self, uri: &str);

@@ -101,8 +101,8 @@ impl Platform for WasiPlatform {
         host::unschedule(task_ids)
     }
 
-    fn task_changed(&self, task: &TaskRecord) {
-        host::task_changed(&task_view(task));
+    fn task_changed(&self, task: &TaskRecord, detailed: serde_json::Value) {
+        host::task_changed(&rendered_view(task, &detailed));
     }
 
     fn resource_updated(&self, uri: &str) {
@@ -122,6 +122,11 @@ impl Platform for WasiPlatform {
 
 /// Both renderings of a task, as the runner receives them.
 pub fn task_view(record: &TaskRecord) -> TaskView {
+    rendered_view(record, &record.to_detailed_json())
+}
+
+/// [`task_view`], with the detailed rendering already made.
+fn rendered_view(record: &TaskRecord, detailed: &serde_json::Value) -> TaskView {
     TaskView {
         task_id: record.id.clone(),
         status: match record.status {
@@ -131,7 +136,11 @@ pub fn task_view(record: &TaskRecord) -> TaskView {
             Status::Failed => TaskStatus::Failed,
             Status::Cancelled => TaskStatus::Cancelled,
         },
-        detailed: record.to_detailed_json().to_string(),
-        tool_result: tool_result(&record.to_tool_json(), false).to_string(),
+        detailed: detailed.to_string(),
+        // A completed task's detailed rendering carries this very result.
+        tool_result: match detailed.get("result") {
+            Some(result) if record.status == Status::Completed => result.to_string(),
+            _ => tool_result(&record.to_tool_json(), false).to_string(),
+        },
     }
 }
