@@ -343,3 +343,30 @@ fn a_command_that_joins_while_a_read_sees_the_change_ends_at_the_next_read() {
         second.status_message
     );
 }
+
+#[test]
+fn a_task_that_ended_but_lost_its_purge_wake_gets_it_back_from_its_devices_tick() {
+    let platform = platform();
+    let ctx = context(&platform);
+    let task = set_24(&ctx);
+    // Cancelled, and the call that did it stopped before its purge wake was
+    // written: the task is terminal, still in its device's waiting set, and
+    // has no wake of its own.
+    let cancelled = app::tasks::cancel(&ctx.store, platform.now_ms(), &task.id).expect("cancel");
+    assert_eq!(cancelled.status, Status::Cancelled);
+    platform
+        .unschedule(std::slice::from_ref(&task.id))
+        .expect("unschedule");
+
+    // The device's tick that lets go of it plans the purge again.
+    platform.set_now(START_MS + APPLY_MS + 1);
+    app::advance::run(&ctx, "ac", &[settle_devices::store::device_wake_id("ac")]).expect("tick");
+    let model = ctx.store.device("ac").expect("model");
+    assert!(!model.waiting.contains_key(&task.id), "{:?}", model.waiting);
+    let purge = platform.wakes().into_iter().find(|w| w.task_id == task.id);
+    assert_eq!(
+        purge.map(|w| w.at_ms),
+        Some(cancelled.purge_at_ms()),
+        "the ended task is woken to be purged"
+    );
+}
