@@ -162,12 +162,15 @@ bench-verdicts:
 VERDICT_SEQUENCES ?= 100000
 
 # Very many tasks in flight: one runner on the embedded store, then two
-# replicas on Redis. TASKS, DEVICES, DELAY_MS and POLL_MS scale it down.
+# replicas on Redis. TASKS, DEVICES, DELAY_MS, DELAY_SPREAD_MS (device i
+# acts DELAY_MS + DELAY_SPREAD_MS * i / DEVICES after its first command; 0
+# has every device act at once) and POLL_MS scale it.
 TASKS ?= 1000000
 DEVICES ?= 10000
-DELAY_MS ?= 1800000
+DELAY_MS ?= 2400000
+DELAY_SPREAD_MS ?= 600000
 POLL_MS ?= 30000
-SCALE_ARGS = --tasks $(TASKS) --devices $(DEVICES) --delay-ms $(DELAY_MS) --poll-ms $(POLL_MS)
+SCALE_ARGS = --tasks $(TASKS) --devices $(DEVICES) --delay-ms $(DELAY_MS) --delay-spread-ms $(DELAY_SPREAD_MS) --poll-ms $(POLL_MS)
 bench-scale: build redis
 	$(CARGO) run --release -p settle --example bench_scale -- --store redb $(SCALE_ARGS)
 	$(CARGO) run --release -p settle --example bench_scale -- --store redis $(SCALE_ARGS)
