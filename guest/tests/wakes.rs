@@ -12,8 +12,9 @@
 //! Nor is a task left waiting when its device already shows what it asks
 //! for: the next read ends it, not the device's whole delay. That holds as
 //! well for a command that joins while the read that sees the change is on
-//! its way, which the scale benchmark found with tasks created as devices
-//! acted.
+//! its way, and for one whose send was not yet recorded when that read
+//! came: the 1,000,000-task benchmark found both with tasks created as
+//! devices acted.
 
 use serde_json::json;
 use settle_devices::app::{self, Caller, Client, Context, Output};
@@ -368,5 +369,31 @@ fn a_task_that_ended_but_lost_its_purge_wake_gets_it_back_from_its_devices_tick(
         purge.map(|w| w.at_ms),
         Some(cancelled.purge_at_ms()),
         "the ended task is woken to be purged"
+    );
+}
+
+#[test]
+fn a_task_a_tick_passed_over_before_its_send_was_recorded_ends_at_the_next_read() {
+    let platform = platform();
+    let ctx = context(&platform);
+    // The tick that sees the device change finds the task not yet marked
+    // sent, and leaves it; its record lands a moment later. No later read
+    // changes, yet the next one must end it, not its patience.
+    let (id, sent_stage) = tick_between_join_and_record(&platform, &ctx);
+    let landed = platform.now_ms();
+    ctx.store
+        .update(&id, landed, |t| {
+            t.stage = sent_stage.clone();
+            true
+        })
+        .expect("update")
+        .expect("the task exists");
+    run_wakes(&platform, &ctx, landed + 2 * 1_000);
+    let task = ctx.store.load(&id).expect("load").expect("the task exists");
+    assert_eq!(
+        task.status,
+        Status::Completed,
+        "ended within two polls of its send being recorded: {}",
+        task.status_message
     );
 }

@@ -82,11 +82,17 @@ fn keep_waiting(ctx: &Context<'_>, record: &TaskRecord, now: u64) -> Result<(), 
     let device_id = &record.device_id;
     let at = ctx.store.update_device(device_id, |model| {
         let base = model.reads;
-        model.waiting.entry(record.id.clone()).or_insert(Waiter {
-            check_at: now,
-            base,
-            deadline: record.deadline_ms(),
-        });
+        model
+            .waiting
+            .entry(record.id.clone())
+            // Its check may have been set for later while it was not yet
+            // marked sent; the device may show its values by now.
+            .and_modify(|w| w.check_at = w.check_at.min(now))
+            .or_insert(Waiter {
+                check_at: now,
+                base,
+                deadline: record.deadline_ms(),
+            });
         let at = now + ctx.settings.timing.dense_read_ms;
         model.wake_at = Some(model.wake_at.map_or(at, |w| w.min(at)));
         model.wake_at
@@ -148,11 +154,17 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
                 // The recovery wake the join took away comes back, so the
                 // task is woken even if that record never lands. It is
                 // counted from the record's last write, not from now, so
-                // ticks that keep coming cannot keep pushing it away.
+                // ticks that keep coming cannot keep pushing it away. And
+                // the next read looks at it again, not its own check (which
+                // may be far): this reading may already show what it asks
+                // for, and later ones then show nothing new.
                 Some(record) if record.stage == Stage::Sending => {
                     let at = recovery_wake(ctx, record.updated_at_ms);
                     schedule_one(ctx.platform, id, &record.device_id, at)?;
-                    continue;
+                    Some(Waiter {
+                        check_at: now,
+                        ..seen.waiting[id]
+                    })
                 }
                 Some(record) => {
                     let reads = u32::try_from(seen.reads.saturating_sub(base)).unwrap_or(u32::MAX);
