@@ -1,10 +1,12 @@
 //! The plugin's records in the tenant's key-value bucket: tasks, each
 //! device's model, and each device's last reading.
 //!
-//! Every write goes through compare-and-swap. Every change to a task is
-//! published to the runner (for listeners and callers waiting inline) and
-//! rescheduled in one place: [`Store::commit`]. The change that ends a
-//! task also writes its [`crate::audit`] record.
+//! Every task write goes through compare-and-swap. Every change to a task
+//! is published to the runner (for listeners and callers waiting inline)
+//! and rescheduled in one place: [`Store::update_deferred`], whose wakes
+//! [`Store::finish`] writes. The change that ends a task also writes its
+//! [`crate::audit`] record; a device's tick writes those of all the tasks
+//! it ended at once.
 
 use crate::device::{DeviceModel, Waiter, state_digest};
 use crate::driver::Reading;
@@ -65,8 +67,8 @@ const REFRESH_AFTER_MS: u64 = 500;
 /// What storing tasks' changes leaves to write afterwards: the audit
 /// records of the tasks that ended and the tasks' own next wakes. A
 /// device's tick may end a hundred tasks on one reading; gathered, their
-/// records and wakes take two store round trips instead of several each,
-/// every one waiting for its own commit.
+/// records and wakes take four store round trips in all instead of up to
+/// four each, every one waiting for its own commit.
 #[derive(Default)]
 pub struct Aftermath {
     ended: Vec<crate::audit::Entry>,
@@ -175,7 +177,8 @@ impl<'p> Store<'p> {
     /// [`Store::update`], leaving the audit record of a task it ends and
     /// the task's own next wake in `after`, for [`Store::finish`] to write
     /// together with those of other tasks. Listeners hear of the change at
-    /// once.
+    /// once if a client would see a difference, so each visible change
+    /// reaches them once and a bare read count not at all.
     pub fn update_deferred(
         &self,
         id: &str,
@@ -236,22 +239,6 @@ impl<'p> Store<'p> {
             return Ok(());
         }
         self.platform.schedule(&after.wakes)
-    }
-
-    /// After a change is stored: tell the runner if a client would see a
-    /// difference (so a listener gets each visible change once, and no
-    /// repeats for a bare read count), and schedule the task's own next wake
-    /// if it needs one (a task waiting on its device is woken by the
-    /// device's tick instead).
-    pub fn commit(&self, record: &TaskRecord, now_ms: u64, visible: bool) -> Result<(), String> {
-        if visible {
-            self.platform
-                .task_changed(record, record.to_detailed_json());
-        }
-        match record.next_wake_ms(now_ms) {
-            Some(at) => schedule_one(self.platform, &record.id, &record.device_id, at),
-            None => Ok(()),
-        }
     }
 
     /// Removes an ended task whose time is up.
