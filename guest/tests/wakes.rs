@@ -220,6 +220,17 @@ fn tick_between_join_and_record(platform: &MemoryPlatform, ctx: &Context<'_>) ->
     (task.id, sent_stage)
 }
 
+/// The record of task `id`'s send lands (late): its stage becomes `sent`.
+fn record_send(ctx: &Context<'_>, id: &str, sent: &Stage, now: u64) {
+    ctx.store
+        .update(id, now, |t| {
+            t.stage = sent.clone();
+            true
+        })
+        .expect("update")
+        .expect("the task exists");
+}
+
 /// Runs the wakes until just before the TTL and checks the task completed
 /// on wakes alone (no client read it).
 fn assert_completes_on_wakes(platform: &MemoryPlatform, ctx: &Context<'_>, id: &str) {
@@ -243,13 +254,7 @@ fn a_tick_between_a_commands_join_and_its_send_record_keeps_the_task_woken() {
     let ctx = context(&platform);
     let (id, sent_stage) = tick_between_join_and_record(&platform, &ctx);
     // The send's record lands, and the runner goes on waking the plugin.
-    ctx.store
-        .update(&id, platform.now_ms(), |t| {
-            t.stage = sent_stage.clone();
-            true
-        })
-        .expect("update")
-        .expect("the task exists");
+    record_send(&ctx, &id, &sent_stage, platform.now_ms());
     assert_completes_on_wakes(&platform, &ctx, &id);
 }
 
@@ -381,13 +386,7 @@ fn a_task_a_tick_passed_over_before_its_send_was_recorded_ends_at_the_next_read(
     // changes, yet the next one must end it, not its patience.
     let (id, sent_stage) = tick_between_join_and_record(&platform, &ctx);
     let landed = platform.now_ms();
-    ctx.store
-        .update(&id, landed, |t| {
-            t.stage = sent_stage.clone();
-            true
-        })
-        .expect("update")
-        .expect("the task exists");
+    record_send(&ctx, &id, &sent_stage, landed);
     run_wakes(&platform, &ctx, landed + 2 * 1_000);
     let task = ctx.store.load(&id).expect("load").expect("the task exists");
     assert_eq!(
