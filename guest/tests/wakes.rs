@@ -14,7 +14,9 @@
 //! well for a command that joins while the read that sees the change is on
 //! its way, and for one whose send was not yet recorded when that read
 //! came: the 1,000,000-task benchmark found both with tasks created as
-//! devices acted.
+//! devices acted. Nor, when the value it asks for is shown but an earlier
+//! command for another value may still land, past the moment that one's
+//! time runs out.
 
 use serde_json::json;
 use settle_devices::app::{self, Caller, Client, Context, Output};
@@ -394,5 +396,40 @@ fn a_task_a_tick_passed_over_before_its_send_was_recorded_ends_at_the_next_read(
         Status::Completed,
         "ended within two polls of its send being recorded: {}",
         task.status_message
+    );
+}
+
+#[test]
+fn a_command_blocked_by_one_the_device_dropped_ends_when_that_ones_time_runs_out() {
+    const SETTLE_WINDOW_MS: u64 = 30_000;
+    const POLL_MS: u64 = 1_000;
+    let platform = platform();
+    let state: Shown = Rc::new(RefCell::new((26.0, None)));
+    let ctx = sharing(&platform, state.clone(), None);
+    // 27 is asked for, and the device drops it: it goes on showing 26.
+    let dropped = set_to(&ctx, 27.0);
+    state.borrow_mut().1 = None;
+    // Ten seconds later, 26 again. The device shows it, but the 27 may
+    // still land until its time runs out (the settle window, without
+    // history), so the task waits; from then on, 26 is its answer.
+    let sent = START_MS + 10_000;
+    platform.set_now(sent);
+    let back = set_to(&ctx, 26.0);
+    let runs_out = START_MS + SETTLE_WINDOW_MS;
+    run_wakes(&platform, &ctx, runs_out + 2 * POLL_MS);
+    let back = ctx.store.load(&back.id).expect("load").expect("exists");
+    assert_eq!(
+        back.status,
+        Status::Completed,
+        "ended within two polls of the dropped 27's time running out, not at its own ({} ms later): {}",
+        sent - START_MS,
+        back.status_message
+    );
+    let dropped = ctx.store.load(&dropped.id).expect("load").expect("exists");
+    assert_ne!(
+        dropped.status,
+        Status::Completed,
+        "the device never showed 27: {}",
+        dropped.status_message
     );
 }

@@ -180,6 +180,12 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
                         })
                         .collect();
                     let horizons = seen.horizons(fields(), sent, &timing);
+                    let unblocked_at = seen.unblocked_at(
+                        record.fields.iter().map(|f| (f.field, &f.sent)),
+                        record.seq,
+                        now,
+                        &timing,
+                    );
                     let sight = Sight {
                         reading: sight_reading,
                         reads,
@@ -210,7 +216,12 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
                     stored
                         .filter(|(t, _)| t.waits_on_device())
                         .map(|(t, _)| Waiter {
-                            check_at: t.next_check_ms(now, &horizons),
+                            // Blocked by an earlier command: looked at again
+                            // when that one's time runs out, as unchanged
+                            // reads would pass it by until its own check.
+                            check_at: t
+                                .next_check_ms(now, &horizons)
+                                .min(unblocked_at.unwrap_or(u64::MAX)),
                             base,
                             deadline: t.deadline_ms(),
                         })

@@ -345,13 +345,10 @@ impl DeviceModel {
             return Standing::NotReported;
         };
         if track.comparison.matches(value, shown) {
-            let blocked = self.timeline.iter().any(|e| {
-                e.seq < seq
-                    && e.values
-                        .get(&field)
-                        .is_some_and(|v| !track.comparison.matches(value, v))
-                    && self.may_still_land(e, track, now_ms, timing)
-            });
+            let blocked = self
+                .blockers(field, value, seq, track, now_ms, timing)
+                .next()
+                .is_some();
             return if blocked {
                 Standing::Blocked
             } else {
@@ -367,6 +364,53 @@ impl DeviceModel {
         Standing::Waiting {
             earlier: !track.foreign && track.shown_seq > 0 && after_send,
         }
+    }
+
+    /// The earlier commands that keep command `seq`, asking `field` for
+    /// `value`, from counting as landed while the device shows `value`: ones
+    /// for another value on that field that may still land.
+    fn blockers<'a>(
+        &'a self,
+        field: Field,
+        value: &'a Value,
+        seq: u64,
+        track: &'a Track,
+        now_ms: u64,
+        timing: &'a Timing,
+    ) -> impl Iterator<Item = &'a Sent> + 'a {
+        self.timeline.iter().filter(move |e| {
+            e.seq < seq
+                && e.values
+                    .get(&field)
+                    .is_some_and(|v| !track.comparison.matches(value, v))
+                && self.may_still_land(e, track, now_ms, timing)
+        })
+    }
+
+    /// When command `seq` (asking for `fields`) may stop being blocked: the
+    /// first moment one of its blocked fields has no earlier command left
+    /// that could still land. `None` when no field is blocked. An unchanged
+    /// reading passes a waiting task by until its check, so a blocked task
+    /// must be checked then, not only when its own time runs out.
+    pub fn unblocked_at<'a>(
+        &self,
+        fields: impl Iterator<Item = (Field, &'a Value)>,
+        seq: u64,
+        now_ms: u64,
+        timing: &Timing,
+    ) -> Option<u64> {
+        fields
+            .filter_map(|(field, value)| {
+                let track = self.fields.get(&field)?;
+                let shown = track.shown.as_ref()?;
+                if !track.comparison.matches(value, shown) {
+                    return None;
+                }
+                self.blockers(field, value, seq, track, now_ms, timing)
+                    .map(|e| self.time_runs_out(e, timing))
+                    .max()
+            })
+            .min()
     }
 
     /// Whether `entry` may still change the field `track` follows. One that
@@ -386,8 +430,14 @@ impl DeviceModel {
     /// Whether `entry` may still land: the device's timing for its fields
     /// has not run out since it was last sent.
     fn could_still_land(&self, entry: &Sent, now_ms: u64, timing: &Timing) -> bool {
+        now_ms < self.time_runs_out(entry, timing)
+    }
+
+    /// When `entry`'s time to land runs out: the device's timing for its
+    /// fields, from when it was last sent.
+    fn time_runs_out(&self, entry: &Sent, timing: &Timing) -> u64 {
         let estimate = self.estimate(entry.values.keys().copied(), timing);
-        now_ms < entry.last_sent_ms.saturating_add(horizon(estimate, timing))
+        entry.last_sent_ms.saturating_add(horizon(estimate, timing))
     }
 
     /// How long commands to `fields` usually take: each field's own
