@@ -10,7 +10,11 @@
 //! time taken, RSS, sensor reads per device, store size, the latency of
 //! `tasks/get` with 10,000 and with all tasks stored (one at a time, while
 //! tasks are in flight), and its throughput with 1 and 8 clients after the
-//! wait for every task to end.
+//! wait for every task to end. Once a minute it prints the runners' CPU and
+//! the simulator's sensor reads, so a runner falling behind shows; at the
+//! end, how many polls after their device acted the tasks ended, and the
+//! latest few of those over their limit. `--keep DIR` keeps the store and
+//! the logs to look into them afterwards.
 
 use anyhow::{Context, bail, ensure};
 use clap::Parser;
@@ -56,6 +60,10 @@ struct Args {
     /// Concurrent creating clients.
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
+    /// Keep the run's store and logs in this (new or empty) directory
+    /// instead of a temporary one, to look into a task after the run.
+    #[arg(long)]
+    keep: Option<PathBuf>,
 }
 
 fn root() -> PathBuf {
@@ -129,6 +137,35 @@ async fn spread_delays(api: &str, args: &Args) -> anyhow::Result<()> {
             .with_context(|| format!("setting {id}'s delay"))?;
     }
     Ok(())
+}
+
+/// CPU time `pid` has used so far, user and system, in clock ticks (100
+/// a second on Linux).
+fn cpu_ticks(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            // Fields after the command's name, which may hold spaces: the
+            // state is the first, utime the 12th and stime the 13th.
+            let rest = s.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0)
+}
+
+/// Sensor reads the simulator has answered so far, over every device.
+async fn sensor_reads(client: &reqwest::Client, api: &str) -> anyhow::Result<u64> {
+    let stats: Value = client
+        .get(format!("{api}/_sim/stats"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(stats["devices"]
+        .as_object()
+        .map(|d| d.values().map(|v| v["sensor"].as_u64().unwrap_or(0)).sum())
+        .unwrap_or(0))
 }
 
 fn rss_kib(pid: u32, field: &str) -> u64 {
@@ -252,7 +289,23 @@ async fn main() -> anyhow::Result<()> {
             path.display()
         );
     }
-    let dir = tempfile::tempdir()?;
+    // The run's store and logs: kept where `--keep` says, else removed when
+    // the run ends.
+    let (dir, _temporary) = match &args.keep {
+        Some(keep) => {
+            std::fs::create_dir_all(keep)?;
+            ensure!(
+                std::fs::read_dir(keep)?.next().is_none(),
+                "{} is not empty: --keep needs a new or empty directory",
+                keep.display()
+            );
+            (keep.clone(), None)
+        }
+        None => {
+            let temporary = tempfile::tempdir()?;
+            (temporary.path().to_path_buf(), Some(temporary))
+        }
+    };
     println!(
         "settle scale benchmark: {} tasks over {} devices, store {}, delay {} s (+ up to {} s by device), poll {} s",
         args.tasks,
@@ -271,7 +324,7 @@ async fn main() -> anyhow::Result<()> {
         &args.devices.to_string(),
     ]);
     sim_command.args(["--delay-ms", &args.delay_ms.to_string()]);
-    let sim = spawn(sim_command, "listening on ", &dir.path().join("sim.log")).await?;
+    let sim = spawn(sim_command, "listening on ", &dir.join("sim.log")).await?;
     let api = sim.address.clone();
     if args.delay_spread_ms > 0 {
         spread_delays(&api, &args).await?;
@@ -280,7 +333,7 @@ async fn main() -> anyhow::Result<()> {
     let longest_delay_ms = args.delay_ms + args.delay_spread_ms;
 
     let (store, replicas, _redis) = match args.store.as_str() {
-        "redb" => (dir.path().join("bench.redb").display().to_string(), 1, None),
+        "redb" => (dir.join("bench.redb").display().to_string(), 1, None),
         "redis" => {
             let port = std::net::TcpListener::bind("127.0.0.1:0")?
                 .local_addr()?
@@ -295,14 +348,10 @@ async fn main() -> anyhow::Result<()> {
                 "",
             ]);
             redis.args(["--appendonly", "yes", "--appendfsync", "everysec"]);
-            redis.arg("--dir").arg(dir.path());
-            let child = spawn(
-                redis,
-                "Ready to accept connections",
-                &dir.path().join("redis.log"),
-            )
-            .await
-            .context("redis-server (install it: make redis)")?;
+            redis.arg("--dir").arg(&dir);
+            let child = spawn(redis, "Ready to accept connections", &dir.join("redis.log"))
+                .await
+                .context("redis-server (install it: make redis)")?;
             (format!("redis://127.0.0.1:{port}/0"), 2, Some(child))
         }
         other => bail!("--store must be redb or redis, not {other}"),
@@ -326,7 +375,7 @@ async fn main() -> anyhow::Result<()> {
             spawn(
                 command,
                 "serving MCP at ",
-                &dir.path().join(format!("settle-{n}.log")),
+                &dir.join(format!("settle-{n}.log")),
             )
             .await?,
         );
@@ -334,19 +383,49 @@ async fn main() -> anyhow::Result<()> {
     let urls: Vec<String> = runners.iter().map(|r| r.address.clone()).collect();
     let pids: Vec<u32> = runners.iter().filter_map(|r| r.child.id()).collect();
 
-    // Sample the runners' RSS throughout.
+    // Sample the runners' RSS throughout, and once a minute print their CPU
+    // and the simulator's sensor reads, so a runner falling behind shows.
     let peak = Arc::new(std::sync::Mutex::new(vec![0u64; pids.len()]));
     let sampler = {
-        let (peak, pids) = (peak.clone(), pids.clone());
+        let (peak, pids, api) = (peak.clone(), pids.clone(), api.clone());
+        let started = Instant::now();
         tokio::spawn(async move {
-            loop {
+            let client = reqwest::Client::new();
+            let mut last = (
+                Instant::now(),
+                pids.iter().map(|p| cpu_ticks(*p)).collect::<Vec<_>>(),
+            );
+            let mut last_reads = sensor_reads(&client, &api).await.unwrap_or(0);
+            for sample in 1u64.. {
+                tokio::time::sleep(Duration::from_millis(500)).await;
                 {
                     let mut peak = peak.lock().unwrap();
                     for (i, pid) in pids.iter().enumerate() {
                         peak[i] = peak[i].max(rss_kib(*pid, "VmRSS:"));
                     }
                 }
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                if sample % 120 != 0 {
+                    continue;
+                }
+                let ticks: Vec<u64> = pids.iter().map(|p| cpu_ticks(*p)).collect();
+                let seconds = last.0.elapsed().as_secs_f64();
+                let cpu: Vec<String> = ticks
+                    .iter()
+                    .zip(&last.1)
+                    .map(|(now, before)| format!("{:.0} %", (now - before) as f64 / seconds))
+                    .collect();
+                let reads = sensor_reads(&client, &api).await.unwrap_or(last_reads);
+                println!(
+                    "  [{:.0} s] runner CPU {} of one core; RSS {:?} MiB; sensor reads {:.0}/s",
+                    started.elapsed().as_secs_f64(),
+                    cpu.join(", "),
+                    pids.iter()
+                        .map(|p| rss_kib(*p, "VmRSS:") / 1024)
+                        .collect::<Vec<_>>(),
+                    (reads - last_reads) as f64 / seconds
+                );
+                last = (Instant::now(), ticks);
+                last_reads = reads;
             }
         })
     };
@@ -455,38 +534,57 @@ async fn main() -> anyhow::Result<()> {
         _ => redis_memory(&store).await?,
     };
     let limit_ms = |device: &str| device_delay_ms(&args, device) + 2 * args.poll_ms;
-    let (mut completed, mut late, mut other) = (0usize, 0usize, 0usize);
+    let outcomes = records
+        .iter()
+        .map(|bytes| serde_json::from_slice::<Outcome>(bytes))
+        .collect::<Result<Vec<_>, _>>()?;
+    // A device acts its delay after its first command (every task asks
+    // for the same value, so it acts once).
+    let mut first_command = std::collections::HashMap::<&str, u64>::new();
+    for task in &outcomes {
+        let first = first_command.entry(&task.device_id).or_insert(u64::MAX);
+        *first = (*first).min(task.created_at_ms);
+    }
+    let acted_ms = |device: &str| first_command[device] + device_delay_ms(&args, device);
+    let (mut completed, mut other) = (0usize, 0usize);
+    let mut late: Vec<&Outcome> = Vec::new();
     let mut spans = Vec::new();
     // When each completed task ended, and when the first task was accepted.
     let mut ends = Vec::new();
-    let mut first_accepted = u64::MAX;
-    for bytes in &records {
-        let task: Value = serde_json::from_slice(bytes)?;
-        if task["status"] != "completed" {
+    let first_accepted = outcomes.iter().map(|t| t.created_at_ms).min().unwrap_or(0);
+    // Of the tasks created before their device acted: how many polls after
+    // it they ended (the limit allows two).
+    let mut polls_after_acting = [0usize; 3];
+    for task in &outcomes {
+        if task.status != "completed" {
             other += 1;
             if other <= 3 {
                 println!(
                     "  not completed: task {} on {}: {} ({})",
-                    task["id"], task["device_id"], task["status"], task["status_message"]
+                    task.id, task.device_id, task.status, task.status_message
                 );
             }
             continue;
         }
         completed += 1;
-        let created = task["created_at_ms"].as_u64().unwrap_or(0);
-        let ended = task["ended_at_ms"].as_u64().unwrap_or(0);
-        first_accepted = first_accepted.min(created);
+        let ended = task.ended_at_ms.unwrap_or(0);
         ends.push(ended);
-        let span = ended.saturating_sub(created);
-        if span > limit_ms(task["device_id"].as_str().unwrap_or_default()) {
-            late += 1;
+        let span = ended.saturating_sub(task.created_at_ms);
+        if span > limit_ms(&task.device_id) {
+            late.push(task);
+        }
+        let acted = acted_ms(&task.device_id);
+        if task.created_at_ms < acted {
+            let polls = ended.saturating_sub(acted).div_ceil(args.poll_ms.max(1));
+            polls_after_acting[(polls.max(1) as usize - 1).min(2)] += 1;
         }
         spans.push(span);
     }
+    let late_count = late.len();
     spans.sort();
     println!("## Results");
     println!(
-        "  tasks stored: {}; completed {completed}; not completed {other}; over their device's delay + 2 polls ({}): {late}",
+        "  tasks stored: {}; completed {completed}; not completed {other}; over their device's delay + 2 polls ({}): {late_count}",
         records.len(),
         if args.delay_spread_ms == 0 {
             format!("{} s", (args.delay_ms + 2 * args.poll_ms) / 1000)
@@ -505,11 +603,31 @@ async fn main() -> anyhow::Result<()> {
             spans[spans.len() - 1] as f64 / 1e3
         );
     }
+    let [one, two, more] = polls_after_acting;
+    println!(
+        "  of the completed tasks created before their device acted, ended within one poll of it: {one}, within two: {two}, later: {more}"
+    );
+    let seconds = |ms: u64| ms.saturating_sub(first_accepted) as f64 / 1e3;
+    late.sort_by_key(|t| {
+        std::cmp::Reverse(t.ended_at_ms.unwrap_or(0) - t.created_at_ms - limit_ms(&t.device_id))
+    });
+    for task in late.iter().take(5) {
+        println!(
+            "  late: task {} on {}: accepted {:.1} s, device acted {:.1} s, ended {:.1} s ({:.1} s over its limit; {} reads)",
+            task.id,
+            task.device_id,
+            seconds(task.created_at_ms),
+            seconds(acted_ms(&task.device_id)),
+            seconds(task.ended_at_ms.unwrap_or(0)),
+            (task.ended_at_ms.unwrap_or(0) - task.created_at_ms - limit_ms(&task.device_id)) as f64
+                / 1e3,
+            task.reads
+        );
+    }
     ends.sort();
     if let (Some(first), Some(last)) = (ends.first(), ends.last()) {
         // With creation shorter than the delay, every task ends after the
         // devices act, so this is the rate at which one runner ends a burst.
-        let seconds = |ms: u64| ms.saturating_sub(first_accepted) as f64 / 1e3;
         println!(
             "  completions: the first {:.1} s and the last {:.1} s after the first acceptance; {:.0} per second between",
             seconds(*first),
@@ -564,6 +682,18 @@ async fn main() -> anyhow::Result<()> {
     }
     drop(sim);
     Ok(())
+}
+
+/// What the check needs of one stored task record.
+#[derive(serde::Deserialize)]
+struct Outcome {
+    id: String,
+    device_id: String,
+    status: String,
+    status_message: String,
+    created_at_ms: u64,
+    ended_at_ms: Option<u64>,
+    reads: u32,
 }
 
 /// Creates tasks `range` with `args.concurrency` clients. Task i goes to
