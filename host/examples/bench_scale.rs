@@ -644,7 +644,7 @@ async fn main() -> anyhow::Result<()> {
     for (i, pid) in pids.iter().enumerate() {
         let _ = pid;
         println!(
-            "  runner {i} RSS: {:.0} MiB with every task in flight, peak sampled {:.0} MiB, high-water {:.0} MiB; {:.2} KiB per task",
+            "  runner {i} RSS: {:.0} MiB at the end of creation, peak sampled {:.0} MiB, high-water {:.0} MiB; {:.2} KiB per task",
             rss_in_flight[i] as f64 / 1024.0,
             peak[i] as f64 / 1024.0,
             hwm[i] as f64 / 1024.0,
