@@ -154,18 +154,27 @@ fn cpu_ticks(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Sensor reads the simulator has answered so far, over every device.
-async fn sensor_reads(client: &reqwest::Client, api: &str) -> anyhow::Result<u64> {
-    let stats: Value = client
+/// The simulator's request counts, by device.
+async fn sim_stats(client: &reqwest::Client, api: &str) -> anyhow::Result<Value> {
+    Ok(client
         .get(format!("{api}/_sim/stats"))
         .send()
         .await?
         .json()
-        .await?;
-    Ok(stats["devices"]
+        .await?)
+}
+
+/// One of the simulator's counts (`sensor`, `control`), over every device.
+fn total(stats: &Value, count: &str) -> u64 {
+    stats["devices"]
         .as_object()
-        .map(|d| d.values().map(|v| v["sensor"].as_u64().unwrap_or(0)).sum())
-        .unwrap_or(0))
+        .map(|d| d.values().map(|v| v[count].as_u64().unwrap_or(0)).sum())
+        .unwrap_or(0)
+}
+
+/// Sensor reads the simulator has answered so far, over every device.
+async fn sensor_reads(client: &reqwest::Client, api: &str) -> anyhow::Result<u64> {
+    Ok(total(&sim_stats(client, api).await?, "sensor"))
 }
 
 fn rss_kib(pid: u32, field: &str) -> u64 {
@@ -490,13 +499,7 @@ async fn main() -> anyhow::Result<()> {
             tasks_get_rate(&urls[0], ids.clone(), concurrency, Duration::from_secs(5)).await?;
         rates.push((concurrency, rate));
     }
-    let client = reqwest::Client::new();
-    let stats: Value = client
-        .get(format!("{api}/_sim/stats"))
-        .send()
-        .await?
-        .json()
-        .await?;
+    let stats = sim_stats(&reqwest::Client::new(), &api).await?;
     sampler.abort();
     let peak = peak.lock().unwrap().clone();
     let hwm: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmHWM:")).collect();
@@ -515,14 +518,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let shutdown = stopping.elapsed();
 
-    let reads: u64 = stats["devices"]
-        .as_object()
-        .map(|d| d.values().map(|v| v["sensor"].as_u64().unwrap_or(0)).sum())
-        .unwrap_or(0);
-    let controls: u64 = stats["devices"]
-        .as_object()
-        .map(|d| d.values().map(|v| v["control"].as_u64().unwrap_or(0)).sum())
-        .unwrap_or(0);
+    let (reads, controls) = (total(&stats, "sensor"), total(&stats, "control"));
 
     // Every task, straight from the store.
     let records: Vec<Vec<u8>> = match args.store.as_str() {
