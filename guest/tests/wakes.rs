@@ -222,6 +222,11 @@ fn tick_between_join_and_record(platform: &MemoryPlatform, ctx: &Context<'_>) ->
     (task.id, sent_stage)
 }
 
+/// Task `id` as stored now.
+fn stored(ctx: &Context<'_>, id: &str) -> settle_devices::task::TaskRecord {
+    ctx.store.load(id).expect("load").expect("the task exists")
+}
+
 /// The record of task `id`'s send lands (late): its stage becomes `sent`.
 fn record_send(ctx: &Context<'_>, id: &str, sent: &Stage, now: u64) {
     ctx.store
@@ -237,7 +242,7 @@ fn record_send(ctx: &Context<'_>, id: &str, sent: &Stage, now: u64) {
 /// on wakes alone (no client read it).
 fn assert_completes_on_wakes(platform: &MemoryPlatform, ctx: &Context<'_>, id: &str) {
     run_wakes(platform, ctx, START_MS + TTL_MS - 1);
-    let ended = ctx.store.load(id).expect("load").expect("the task exists");
+    let ended = stored(ctx, id);
     assert_eq!(
         ended.status,
         Status::Completed,
@@ -279,7 +284,7 @@ fn a_command_the_device_already_shows_ends_at_the_next_read_not_after_the_delay(
     // The first 24 takes the device's delay, and teaches the model it.
     let first = set_24(&ctx);
     run_wakes(&platform, &ctx, START_MS + 3 * APPLY_MS);
-    let first = ctx.store.load(&first.id).expect("load").expect("exists");
+    let first = stored(&ctx, &first.id);
     assert_eq!(first.status, Status::Completed, "{}", first.status_message);
 
     // Asked again, the device already shows 24: the next read says so.
@@ -287,7 +292,7 @@ fn a_command_the_device_already_shows_ends_at_the_next_read_not_after_the_delay(
     let again = set_24(&ctx);
     let accepted = platform.now_ms();
     run_wakes(&platform, &ctx, accepted + 2 * POLL_MS);
-    let again = ctx.store.load(&again.id).expect("load").expect("exists");
+    let again = stored(&ctx, &again.id);
     assert_eq!(
         again.status,
         Status::Completed,
@@ -323,7 +328,7 @@ fn a_command_that_joins_while_a_read_sees_the_change_ends_at_the_next_read() {
     // A 24 first, which teaches the model the device's delay.
     let learn = set_24(&ctx);
     run_wakes(&platform, &ctx, START_MS + 3 * APPLY_MS);
-    let learn = ctx.store.load(&learn.id).expect("load").expect("exists");
+    let learn = stored(&ctx, &learn.id);
     assert_eq!(learn.status, Status::Completed, "{}", learn.status_message);
 
     // This time the device is quicker than it taught the model: the first
@@ -336,12 +341,12 @@ fn a_command_that_joins_while_a_read_sees_the_change_ends_at_the_next_read() {
     platform.set_now(sent + APPLY_MS / 4 + 1);
     armed.set(true);
     app::advance::run(&ctx, "ac", &[settle_devices::store::device_wake_id("ac")]).expect("tick");
-    let first = ctx.store.load(&first.id).expect("load").expect("exists");
+    let first = stored(&ctx, &first.id);
     assert_eq!(first.status, Status::Completed, "{}", first.status_message);
     let (second, accepted) = second.take().expect("the read let the second command in");
 
     run_wakes(&platform, &ctx, accepted + 2 * POLL_MS);
-    let second = ctx.store.load(&second.id).expect("load").expect("exists");
+    let second = stored(&ctx, &second.id);
     assert_eq!(
         second.status,
         Status::Completed,
@@ -390,7 +395,7 @@ fn a_task_a_tick_passed_over_before_its_send_was_recorded_ends_at_the_next_read(
     let landed = platform.now_ms();
     record_send(&ctx, &id, &sent_stage, landed);
     run_wakes(&platform, &ctx, landed + 2 * 1_000);
-    let task = ctx.store.load(&id).expect("load").expect("the task exists");
+    let task = stored(&ctx, &id);
     assert_eq!(
         task.status,
         Status::Completed,
@@ -417,7 +422,7 @@ fn a_command_blocked_by_one_the_device_dropped_ends_when_that_ones_time_runs_out
     let back = set_to(&ctx, 26.0);
     let runs_out = START_MS + SETTLE_WINDOW_MS;
     run_wakes(&platform, &ctx, runs_out + 2 * POLL_MS);
-    let back = ctx.store.load(&back.id).expect("load").expect("exists");
+    let back = stored(&ctx, &back.id);
     assert_eq!(
         back.status,
         Status::Completed,
@@ -425,7 +430,7 @@ fn a_command_blocked_by_one_the_device_dropped_ends_when_that_ones_time_runs_out
         sent - START_MS,
         back.status_message
     );
-    let dropped = ctx.store.load(&dropped.id).expect("load").expect("exists");
+    let dropped = stored(&ctx, &dropped.id);
     assert_ne!(
         dropped.status,
         Status::Completed,
