@@ -368,17 +368,17 @@ fn join_timeline(
             let shown_already = record.fields.iter().all(|f| {
                 model.standing(f.field, &f.sent, recorded.seq, now, now, timing) == Standing::Landed
             });
-            // Shown, but an earlier command for another value may still
-            // land: looked at when that one's time runs out.
-            let unblocked_at = model.unblocked_at(
-                record.fields.iter().map(|f| (f.field, &f.sent)),
-                recorded.seq,
-                now,
-                timing,
-            );
             let check_at = if shown_already {
                 grid
             } else {
+                // Shown, but an earlier command for another value may
+                // still land: looked at when that one's time runs out.
+                let unblocked_at = model.unblocked_at(
+                    record.fields.iter().map(|f| (f.field, &f.sent)),
+                    recorded.seq,
+                    now,
+                    timing,
+                );
                 horizons.patience_at.min(unblocked_at.unwrap_or(u64::MAX))
             }
             .min(record.deadline_ms());
