@@ -42,6 +42,11 @@ mod process;
 use load::{Load, load, percentile};
 use process::spawn_settle;
 
+/// The allocator the `settle` binary runs with (host/src/main.rs), so that
+/// settle measured in this process allocates as it does in production.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn plugin() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../target/wasm32-wasip2/release/settle_devices.wasm")
@@ -740,24 +745,31 @@ async fn notification_delay(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--profile SECONDS`: only `get_device_state` at concurrency 1, for that
-/// long, so a profiler attached to the process sees one kind of call.
-fn profile_seconds() -> Option<u64> {
+/// `--profile SECONDS [CONCURRENCY]`: only `get_device_state`, at
+/// concurrency 1 unless told otherwise, for that long, so a profiler
+/// attached to the process sees one kind of call.
+fn profile_seconds() -> Option<(u64, usize)> {
     let args: Vec<String> = std::env::args().collect();
     let at = args.iter().position(|a| a == "--profile")?;
-    args.get(at + 1).and_then(|s| s.parse().ok())
+    let seconds = args.get(at + 1).and_then(|s| s.parse().ok())?;
+    let concurrency = args.get(at + 2).and_then(|s| s.parse().ok()).unwrap_or(1);
+    Some((seconds, concurrency))
 }
 
-async fn profile(sim: &device_sim::RunningSim, seconds: u64) -> anyhow::Result<()> {
+async fn profile(
+    sim: &device_sim::RunningSim,
+    seconds: u64,
+    concurrency: usize,
+) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("profile.redb");
     let (url, _stop) = serve(config(&sim.base_url(), store.to_str().unwrap(), "0")?).await?;
-    device_state_load(&url, 1, Duration::from_secs(1)).await?;
+    device_state_load(&url, concurrency, Duration::from_secs(1)).await?;
     println!(
-        "profiling: get_device_state at concurrency 1 for {seconds} s (pid {})",
+        "profiling: get_device_state at concurrency {concurrency} for {seconds} s (pid {})",
         std::process::id()
     );
-    let l = device_state_load(&url, 1, Duration::from_secs(seconds)).await?;
+    let l = device_state_load(&url, concurrency, Duration::from_secs(seconds)).await?;
     println!(
         "  {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, n {}",
         l.rps,
@@ -778,8 +790,8 @@ async fn main() -> anyhow::Result<()> {
         ..SimConfig::default()
     })
     .await?;
-    if let Some(seconds) = profile_seconds() {
-        return profile(&sim, seconds).await;
+    if let Some((seconds, concurrency)) = profile_seconds() {
+        return profile(&sim, seconds, concurrency).await;
     }
     if part("sandbox") {
         sandbox_cost(&sim.base_url()).await?;

@@ -5,6 +5,14 @@ use settle::app::Runner;
 use settle::cli::{Cli, Command, ReloadArgs, ServeArgs};
 use settle::config::RunnerConfig;
 
+/// mimalloc rather than glibc's malloc. Under concurrent calls, a profile
+/// of `get_device_state` at concurrency 8 had malloc and free at 17 % of
+/// the CPU, with threads waiting on glibc's arena locks (futex waits in
+/// `__lll_lock_wait_private`); mimalloc keeps a heap per thread.
+/// docs/performance.md, "Fifth round", has the before and after.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn init_logging() {
     // stdout belongs to MCP on stdio; logs always go to stderr.
     use std::io::IsTerminal;
