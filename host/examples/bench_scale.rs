@@ -252,13 +252,26 @@ async fn timed_tasks_get(
     Ok(took)
 }
 
+/// A client for settle's MCP endpoint. It drops a kept-alive connection
+/// after 5 s idle, before settle closes it (at its header-read timeout,
+/// 10 s by default): a request sent on a connection just as the server
+/// closes it fails with "connection closed before message completed".
+/// With two replicas, a worker's connection to one can sit idle while a
+/// slow request is out on the other.
+fn settle_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(5))
+        .build()
+        .expect("a reqwest client with default TLS settings")
+}
+
 /// Median and p99 of `tasks/get` on random stored tasks, one at a time.
 async fn tasks_get_cost(
     url: &str,
     ids: &[String],
     n: usize,
 ) -> anyhow::Result<(Duration, Duration)> {
-    let client = reqwest::Client::new();
+    let client = settle_client();
     let mut latencies = Vec::with_capacity(n);
     for i in 0..n {
         latencies.push(timed_tasks_get(&client, url, &ids[(i * 7919) % ids.len()]).await?);
@@ -710,7 +723,7 @@ async fn create(
         let (next, created, urls) = (next.clone(), created.clone(), urls.to_vec());
         let devices = args.devices;
         workers.spawn(async move {
-            let client = reqwest::Client::new();
+            let client = settle_client();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= end {
