@@ -64,6 +64,12 @@ struct Args {
     /// instead of a temporary one, to look into a task after the run.
     #[arg(long)]
     keep: Option<PathBuf>,
+    /// Runs nothing: reads every task from the Redis at this URL (a kept
+    /// run's store, served again with `redis-server --dir DIR
+    /// --appendonly yes`) and checks each against its device's delay, as a
+    /// run does at its end. The other arguments must be the run's.
+    #[arg(long, value_name = "URL")]
+    check_redis: Option<String>,
 }
 
 fn root() -> PathBuf {
@@ -300,6 +306,15 @@ async fn tasks_get_rate(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(url) = &args.check_redis {
+        println!("## Results (the tasks stored in {url})");
+        check_tasks(&args, &read_redis(url).await?)?;
+        println!(
+            "  store size: {:.0} MiB",
+            redis_memory(url).await? as f64 / (1 << 20) as f64
+        );
+        return Ok(());
+    }
     let root = root();
     let plugin = root.join("target/wasm32-wasip2/release/settle_devices.wasm");
     let settle = root.join("target/release/settle");
@@ -542,108 +557,8 @@ async fn main() -> anyhow::Result<()> {
         "redb" => std::fs::metadata(&store)?.len(),
         _ => redis_memory(&store).await?,
     };
-    let limit_ms = |device: &str| device_delay_ms(&args, device) + 2 * args.poll_ms;
-    let outcomes = records
-        .iter()
-        .map(|bytes| serde_json::from_slice::<Outcome>(bytes))
-        .collect::<Result<Vec<_>, _>>()?;
-    // A device acts its delay after its first command (every task asks
-    // for the same value, so it acts once).
-    let mut first_command = std::collections::HashMap::<&str, u64>::new();
-    for task in &outcomes {
-        let first = first_command.entry(&task.device_id).or_insert(u64::MAX);
-        *first = (*first).min(task.created_at_ms);
-    }
-    let acted_ms = |device: &str| first_command[device] + device_delay_ms(&args, device);
-    let (mut completed, mut other) = (0usize, 0usize);
-    let mut late: Vec<&Outcome> = Vec::new();
-    let mut spans = Vec::new();
-    // When each completed task ended, and when the first task was accepted.
-    let mut ends = Vec::new();
-    let first_accepted = outcomes.iter().map(|t| t.created_at_ms).min().unwrap_or(0);
-    // Of the tasks created before their device acted: how many polls after
-    // it they ended (the limit allows two).
-    let mut polls_after_acting = [0usize; 3];
-    for task in &outcomes {
-        if task.status != "completed" {
-            other += 1;
-            if other <= 3 {
-                println!(
-                    "  not completed: task {} on {}: {} ({})",
-                    task.id, task.device_id, task.status, task.status_message
-                );
-            }
-            continue;
-        }
-        completed += 1;
-        let ended = task.ended_at_ms.unwrap_or(0);
-        ends.push(ended);
-        let span = ended.saturating_sub(task.created_at_ms);
-        if span > limit_ms(&task.device_id) {
-            late.push(task);
-        }
-        let acted = acted_ms(&task.device_id);
-        if task.created_at_ms < acted {
-            let polls = ended.saturating_sub(acted).div_ceil(args.poll_ms.max(1));
-            polls_after_acting[(polls.max(1) as usize - 1).min(2)] += 1;
-        }
-        spans.push(span);
-    }
-    let late_count = late.len();
-    spans.sort();
     println!("## Results");
-    println!(
-        "  tasks stored: {}; completed {completed}; not completed {other}; over their device's delay + 2 polls ({}): {late_count}",
-        records.len(),
-        if args.delay_spread_ms == 0 {
-            format!("{} s", (args.delay_ms + 2 * args.poll_ms) / 1000)
-        } else {
-            format!(
-                "{}-{} s",
-                (args.delay_ms + 2 * args.poll_ms) / 1000,
-                (longest_delay_ms + 2 * args.poll_ms) / 1000
-            )
-        }
-    );
-    if !spans.is_empty() {
-        println!(
-            "  acceptance to completed: median {:.1} s, max {:.1} s",
-            spans[spans.len() / 2] as f64 / 1e3,
-            spans[spans.len() - 1] as f64 / 1e3
-        );
-    }
-    let [one, two, more] = polls_after_acting;
-    println!(
-        "  of the completed tasks created before their device acted, ended within one poll of it: {one}, within two: {two}, later: {more}"
-    );
-    let seconds = |ms: u64| ms.saturating_sub(first_accepted) as f64 / 1e3;
-    late.sort_by_key(|t| {
-        std::cmp::Reverse(t.ended_at_ms.unwrap_or(0) - t.created_at_ms - limit_ms(&t.device_id))
-    });
-    for task in late.iter().take(5) {
-        println!(
-            "  late: task {} on {}: accepted {:.1} s, device acted {:.1} s, ended {:.1} s ({:.1} s over its limit; {} reads)",
-            task.id,
-            task.device_id,
-            seconds(task.created_at_ms),
-            seconds(acted_ms(&task.device_id)),
-            seconds(task.ended_at_ms.unwrap_or(0)),
-            (task.ended_at_ms.unwrap_or(0) - task.created_at_ms - limit_ms(&task.device_id)) as f64
-                / 1e3,
-            task.reads
-        );
-    }
-    ends.sort();
-    if let (Some(first), Some(last)) = (ends.first(), ends.last()) {
-        // With creation shorter than the delay, every task ends after the
-        // devices act, so this is the rate at which one runner ends a burst.
-        println!(
-            "  completions: the first {:.1} s and the last {:.1} s after the first acceptance; {:.0} per second between",
-            seconds(*first),
-            seconds(*last),
-            ends.len() as f64 / ((last - first).max(1) as f64 / 1e3)
-        );
-    }
+    check_tasks(&args, &records)?;
     println!(
         "  sensor reads: {reads} over {} devices ({:.1} per device; {:.3} per task); control requests: {controls}",
         args.devices,
@@ -690,6 +605,114 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     drop(sim);
+    Ok(())
+}
+
+/// Checks every stored task against its device's delay plus two polls and
+/// prints what it found: how many completed, how many were late, how many
+/// polls after its device acted each ended, and when the completions ran.
+fn check_tasks(args: &Args, records: &[Vec<u8>]) -> anyhow::Result<()> {
+    let limit_ms = |device: &str| device_delay_ms(args, device) + 2 * args.poll_ms;
+    let outcomes = records
+        .iter()
+        .map(|bytes| serde_json::from_slice::<Outcome>(bytes))
+        .collect::<Result<Vec<_>, _>>()?;
+    // A device acts its delay after its first command (every task asks
+    // for the same value, so it acts once).
+    let mut first_command = std::collections::HashMap::<&str, u64>::new();
+    for task in &outcomes {
+        let first = first_command.entry(&task.device_id).or_insert(u64::MAX);
+        *first = (*first).min(task.created_at_ms);
+    }
+    let acted_ms = |device: &str| first_command[device] + device_delay_ms(args, device);
+    let (mut completed, mut other) = (0usize, 0usize);
+    let mut late: Vec<&Outcome> = Vec::new();
+    let mut spans = Vec::new();
+    // When each completed task ended, and when the first task was accepted.
+    let mut ends = Vec::new();
+    let first_accepted = outcomes.iter().map(|t| t.created_at_ms).min().unwrap_or(0);
+    // Of the tasks created before their device acted: how many polls after
+    // it they ended (the limit allows two).
+    let mut polls_after_acting = [0usize; 3];
+    for task in &outcomes {
+        if task.status != "completed" {
+            other += 1;
+            if other <= 3 {
+                println!(
+                    "  not completed: task {} on {}: {} ({})",
+                    task.id, task.device_id, task.status, task.status_message
+                );
+            }
+            continue;
+        }
+        completed += 1;
+        let ended = task.ended_at_ms.unwrap_or(0);
+        ends.push(ended);
+        let span = ended.saturating_sub(task.created_at_ms);
+        if span > limit_ms(&task.device_id) {
+            late.push(task);
+        }
+        let acted = acted_ms(&task.device_id);
+        if task.created_at_ms < acted {
+            let polls = ended.saturating_sub(acted).div_ceil(args.poll_ms.max(1));
+            polls_after_acting[(polls.max(1) as usize - 1).min(2)] += 1;
+        }
+        spans.push(span);
+    }
+    let late_count = late.len();
+    spans.sort();
+    println!(
+        "  tasks stored: {}; completed {completed}; not completed {other}; over their device's delay + 2 polls ({}): {late_count}",
+        records.len(),
+        if args.delay_spread_ms == 0 {
+            format!("{} s", (args.delay_ms + 2 * args.poll_ms) / 1000)
+        } else {
+            format!(
+                "{}-{} s",
+                (args.delay_ms + 2 * args.poll_ms) / 1000,
+                (args.delay_ms + args.delay_spread_ms + 2 * args.poll_ms) / 1000
+            )
+        }
+    );
+    if !spans.is_empty() {
+        println!(
+            "  acceptance to completed: median {:.1} s, max {:.1} s",
+            spans[spans.len() / 2] as f64 / 1e3,
+            spans[spans.len() - 1] as f64 / 1e3
+        );
+    }
+    let [one, two, more] = polls_after_acting;
+    println!(
+        "  of the completed tasks created before their device acted, ended within one poll of it: {one}, within two: {two}, later: {more}"
+    );
+    let seconds = |ms: u64| ms.saturating_sub(first_accepted) as f64 / 1e3;
+    late.sort_by_key(|t| {
+        std::cmp::Reverse(t.ended_at_ms.unwrap_or(0) - t.created_at_ms - limit_ms(&t.device_id))
+    });
+    for task in late.iter().take(5) {
+        println!(
+            "  late: task {} on {}: accepted {:.1} s, device acted {:.1} s, ended {:.1} s ({:.1} s over its limit; {} reads)",
+            task.id,
+            task.device_id,
+            seconds(task.created_at_ms),
+            seconds(acted_ms(&task.device_id)),
+            seconds(task.ended_at_ms.unwrap_or(0)),
+            (task.ended_at_ms.unwrap_or(0) - task.created_at_ms - limit_ms(&task.device_id)) as f64
+                / 1e3,
+            task.reads
+        );
+    }
+    ends.sort();
+    if let (Some(first), Some(last)) = (ends.first(), ends.last()) {
+        // With creation shorter than the delay, every task ends after the
+        // devices act, so this is the rate at which one runner ends a burst.
+        println!(
+            "  completions: the first {:.1} s and the last {:.1} s after the first acceptance; {:.0} per second between",
+            seconds(*first),
+            seconds(*last),
+            ends.len() as f64 / ((last - first).max(1) as f64 / 1e3)
+        );
+    }
     Ok(())
 }
 
@@ -779,23 +802,40 @@ fn read_redb(path: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
     Ok(out)
 }
 
+/// Every task record in the Redis at `url`, 10,000 keys a request. The
+/// connection waits as long as Redis takes: the client's default response
+/// timeout (under a second) is shorter than listing a million keys.
 async fn read_redis(url: &str) -> anyhow::Result<Vec<Vec<u8>>> {
+    const PAGE: usize = 10_000;
     let client = redis::Client::open(url)?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
-    let keys: Vec<String> = redis::cmd("ZRANGEBYLEX")
-        .arg("settle:keys:default")
-        .arg("[default/task/")
-        .arg("(default/task0")
-        .query_async(&mut conn)
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
         .await?;
-    let mut out = Vec::with_capacity(keys.len());
-    for chunk in keys.chunks(10_000) {
-        let full: Vec<String> = chunk.iter().map(|k| format!("settle:kv:{k}")).collect();
+    let mut out = Vec::new();
+    let mut from = "[default/task/".to_string();
+    loop {
+        let keys: Vec<String> = redis::cmd("ZRANGEBYLEX")
+            .arg("settle:keys:default")
+            .arg(&from)
+            .arg("(default/task0")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(PAGE)
+            .query_async(&mut conn)
+            .await?;
+        let Some(last) = keys.last() else {
+            return Ok(out);
+        };
+        from = format!("({last}");
+        let full: Vec<String> = keys.iter().map(|k| format!("settle:kv:{k}")).collect();
         let values: Vec<Option<Vec<u8>>> =
             redis::cmd("MGET").arg(&full).query_async(&mut conn).await?;
         out.extend(values.into_iter().flatten());
+        if keys.len() < PAGE {
+            return Ok(out);
+        }
     }
-    Ok(out)
 }
 
 async fn redis_memory(url: &str) -> anyhow::Result<u64> {
