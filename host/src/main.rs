@@ -6,9 +6,10 @@ use settle::cli::{Cli, Command, ReloadArgs, ServeArgs};
 use settle::config::RunnerConfig;
 
 /// mimalloc rather than glibc's malloc. Under concurrent calls, a profile
-/// of `get_device_state` at concurrency 8 had malloc and free at 17 % of
-/// the CPU, with threads waiting on glibc's arena locks (futex waits in
-/// `__lll_lock_wait_private`); mimalloc keeps a heap per thread.
+/// of `get_device_state` at concurrency 8 had glibc's allocator at about
+/// 12 % of the CPU and threads waiting on its arena locks (futex waits
+/// under `__lll_lock_wait_private`) at another 5 %; mimalloc keeps a heap
+/// per thread.
 /// docs/performance.md, "Fifth round", has the before and after.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
