@@ -72,6 +72,13 @@ struct Args {
     check_redis: Option<String>,
 }
 
+impl Args {
+    /// The longest any device takes to act: the base delay plus the spread.
+    fn longest_delay_ms(&self) -> u64 {
+        self.delay_ms + self.delay_spread_ms
+    }
+}
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -367,7 +374,7 @@ async fn main() -> anyhow::Result<()> {
         spread_delays(&api, &args).await?;
     }
     // The longest any device takes; the plugin's windows are sized to it.
-    let longest_delay_ms = args.delay_ms + args.delay_spread_ms;
+    let longest_delay_ms = args.longest_delay_ms();
 
     let (store, replicas, _redis) = match args.store.as_str() {
         "redb" => (dir.join("bench.redb").display().to_string(), 1, None),
@@ -565,8 +572,7 @@ async fn main() -> anyhow::Result<()> {
         reads as f64 / args.devices as f64,
         reads as f64 / args.tasks as f64
     );
-    for (i, pid) in pids.iter().enumerate() {
-        let _ = pid;
+    for i in 0..pids.len() {
         println!(
             "  runner {i} RSS: {:.0} MiB at the end of creation, peak sampled {:.0} MiB, high-water {:.0} MiB; {:.2} KiB per task",
             rss_in_flight[i] as f64 / 1024.0,
@@ -670,7 +676,7 @@ fn check_tasks(args: &Args, records: &[Vec<u8>]) -> anyhow::Result<()> {
             format!(
                 "{}-{} s",
                 (args.delay_ms + 2 * args.poll_ms) / 1000,
-                (args.delay_ms + args.delay_spread_ms + 2 * args.poll_ms) / 1000
+                (args.longest_delay_ms() + 2 * args.poll_ms) / 1000
             )
         }
     );

@@ -180,18 +180,17 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
                         })
                         .collect();
                     let horizons = seen.horizons(fields(), sent, &timing);
-                    let unblocked_at = standings
-                        .values()
-                        .any(|s| *s == Standing::Blocked)
-                        .then(|| {
-                            seen.unblocked_at(
-                                record.fields.iter().map(|f| (f.field, &f.sent)),
-                                record.seq,
-                                now,
-                                &timing,
-                            )
-                        })
-                        .flatten();
+                    let blocked = standings.values().any(|s| *s == Standing::Blocked);
+                    let unblocked_at = if blocked {
+                        seen.unblocked_at(
+                            record.fields.iter().map(|f| (f.field, &f.sent)),
+                            record.seq,
+                            now,
+                            &timing,
+                        )
+                    } else {
+                        None
+                    };
                     let sight = Sight {
                         reading: sight_reading,
                         reads,
