@@ -201,6 +201,10 @@ fn config(api: &str, store: &str, inline_wait_ms: &str) -> anyhow::Result<Runner
         api,
         "--inline-wait-ms",
         inline_wait_ms,
+        // The per-tenant request limit protects a runner; a benchmark of
+        // throughput must not measure it (a fast machine passes 5,000/s).
+        "--max-requests-per-second",
+        "0",
     ];
     let Command::Serve(args) = Cli::try_parse_from(argv)?.command else {
         anyhow::bail!("not `settle serve`");
@@ -263,7 +267,12 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
     // sharing the runtime with the client and the simulator.
     let own_process = std::env::var("BENCH_SETTLE").is_ok_and(|v| v == "process");
     let (url, _stop, _process) = if own_process {
-        let settle = spawn_settle(&api, dir.path(), &["--inline-wait-ms", "0"]).await?;
+        let settle = spawn_settle(
+            &api,
+            dir.path(),
+            &["--inline-wait-ms", "0", "--max-requests-per-second", "0"],
+        )
+        .await?;
         (settle.url.clone(), None, Some(settle))
     } else {
         let (url, stop) = serve(config(&api, store.to_str().unwrap(), "0")?).await?;

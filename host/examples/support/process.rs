@@ -30,7 +30,13 @@ pub async fn spawn_settle(
 ) -> anyhow::Result<SettleProcess> {
     let settle = target_dir().join("release/settle");
     let plugin = target_dir().join("wasm32-wasip2/release/settle_devices.wasm");
-    let mut child = tokio::process::Command::new(&settle)
+    let mut command = tokio::process::Command::new(&settle);
+    // `BENCH_SETTLE_THREADS=N`: settle's runtime with N worker threads,
+    // leaving the benchmark's own runtime as it is.
+    if let Ok(threads) = std::env::var("BENCH_SETTLE_THREADS") {
+        command.env("TOKIO_WORKER_THREADS", threads);
+    }
+    let mut child = command
         .args(["serve", "--http", "127.0.0.1:0", "--device-api", api])
         .arg("--plugin")
         .arg(&plugin)
