@@ -8,18 +8,31 @@
 //! connections open once a response has been read to its end and hands them
 //! to the next request for the same tenant and origin.
 //!
+//! A pooled connection has no task of its own: the request that uses it
+//! drives its I/O, and reads the response's body to its end (up to
+//! [`BUFFER_LIMIT`]) before handing the response to the plugin. hyper's
+//! usual shape, a task per connection fed by channels, cost every device
+//! read several hand-overs between tasks (the request to the connection's
+//! task, the head back, the body on request, and a task to return the
+//! connection), each one a wake-up of the other worker thread when it sat
+//! idle. A larger body is streamed as before, its connection then driven by
+//! a task of its own and not reused.
+//!
 //! Only `http` is pooled; `https` still goes through wasmtime's own path
 //! (a connection per request), unchanged.
 
 use bytes::Bytes;
+use futures::FutureExt;
 use http::uri::Scheme;
 use http_body_util::BodyExt;
+use hyper::body::Frame;
 use hyper::client::conn::http1::SendRequest;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
 use wasmtime_wasi_http::io::TokioIo;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody};
 
@@ -32,16 +45,46 @@ pub const MAX_IDLE_PER_ORIGIN: usize = 64;
 /// likeliest to be half-closed already.
 pub const IDLE_FOR: Duration = Duration::from_secs(30);
 
+/// The most of a response body read ahead of the plugin. Device answers
+/// are a few hundred bytes; a body past this is streamed to the plugin as
+/// it arrives, and its connection is not reused.
+pub const BUFFER_LIMIT: usize = 256 << 10;
+
 /// The response and the future wasi:http drives beside it.
 pub type Sent = (
     http::Response<WasiBody>,
     Box<dyn Future<Output = Result<(), Error>> + Send>,
 );
 
+/// A connection's I/O: a future that reads and writes the socket for the
+/// requests sent on it, and ends when the connection closes.
+type Io = hyper::client::conn::http1::Connection<TokioIo<TcpStream>, WasiBody>;
+
+/// One open HTTP/1 connection.
+struct Connection {
+    sender: SendRequest<WasiBody>,
+    io: Io,
+}
+
+impl Connection {
+    /// Whether the connection can take a request now. Polls its I/O once,
+    /// which is how a close by the server is noticed while no task drives
+    /// it.
+    fn is_usable(&mut self) -> bool {
+        (&mut self.io).now_or_never().is_none() && self.sender.is_ready()
+    }
+}
+
 /// One idle connection, and since when.
 struct Idle {
-    sender: SendRequest<WasiBody>,
+    connection: Connection,
     since: Instant,
+}
+
+impl Idle {
+    fn is_usable(&mut self) -> bool {
+        self.since.elapsed() < IDLE_FOR && self.connection.is_usable()
+    }
 }
 
 /// Idle outbound connections, by tenant and origin.
@@ -59,9 +102,10 @@ impl ConnectionPool {
     /// Idle connections now held that are still open, over all origins.
     pub fn idle_count(&self) -> usize {
         self.lock()
-            .values()
+            .values_mut()
             .flatten()
-            .filter(|e| !e.sender.is_closed())
+            .map(Idle::is_usable)
+            .filter(|&usable| usable)
             .count()
     }
 
@@ -71,33 +115,34 @@ impl ConnectionPool {
     }
 
     /// The most recently used live connection to `key`, if any.
-    fn take(&self, key: &str) -> Option<SendRequest<WasiBody>> {
+    fn take(&self, key: &str) -> Option<Connection> {
         let mut idle = self.lock();
         let list = idle.get_mut(key)?;
-        while let Some(entry) = list.pop() {
-            if entry.since.elapsed() < IDLE_FOR && entry.sender.is_ready() {
-                return Some(entry.sender);
+        while let Some(mut entry) = list.pop() {
+            if entry.is_usable() {
+                return Some(entry.connection);
             }
         }
         None
     }
 
-    fn put(&self, key: String, sender: SendRequest<WasiBody>) {
+    fn put(&self, key: String, connection: Connection) {
         let mut idle = self.lock();
         let list = idle.entry(key).or_default();
-        list.retain(|e| e.since.elapsed() < IDLE_FOR && !e.sender.is_closed());
+        list.retain_mut(Idle::is_usable);
         if list.len() < MAX_IDLE_PER_ORIGIN {
             list.push(Idle {
-                sender,
+                connection,
                 since: Instant::now(),
             });
         }
     }
 
     /// Sends `request` on an idle connection of `tenant` to its origin, or
-    /// on a new one; once the response has been read to its end, the
-    /// connection goes back to the pool. `https` is sent by wasmtime's
-    /// default path, a connection per request.
+    /// on a new one, and reads the response (its body too, up to
+    /// [`BUFFER_LIMIT`]); the connection then goes back to the pool.
+    /// `https` is sent by wasmtime's default path, a connection per
+    /// request.
     pub async fn send(
         self: Arc<Self>,
         tenant: &str,
@@ -130,45 +175,113 @@ impl ConnectionPool {
 
         // An idle connection the server closed meanwhile gives the request
         // back unsent; it then goes on a new connection.
-        while let Some(mut sender) = self.take(&key) {
-            match timeout(first_byte, sender.try_send_request(request)).await? {
-                Ok(response) => return Ok(self.finish(key, sender, response, &options)),
-                Err(mut failed) => match failed.take_message() {
+        while let Some(mut connection) = self.take(&key) {
+            let response = connection.sender.try_send_request(request);
+            match drive(&mut connection.io, timeout(first_byte, response)).await {
+                Some(Ok(Ok(response))) => {
+                    return Ok(self.read(key, connection, response, &options).await);
+                }
+                Some(Ok(Err(mut failed))) => match failed.take_message() {
                     Some(unsent) => request = unsent,
                     None => return Err(failed.into_error().into()),
                 },
+                Some(Err(timed_out)) => return Err(timed_out),
+                None => return Err(closed_early()),
             }
         }
-        let mut sender = connect(&address, &options).await?;
-        let response = timeout(first_byte, sender.send_request(request)).await??;
-        Ok(self.finish(key, sender, response, &options))
+        let mut connection = connect(&address, &options).await?;
+        let response = connection.sender.send_request(request);
+        match drive(&mut connection.io, timeout(first_byte, response)).await {
+            Some(response) => Ok(self.read(key, connection, response??, &options).await),
+            None => Err(closed_early()),
+        }
     }
 
-    /// The response with its between-bytes timeout; the connection returns
-    /// to the pool once the response has been read to its end (dropped
-    /// unread, hyper closes it instead).
-    fn finish(
+    /// Reads the response's body on `connection` (at most [`BUFFER_LIMIT`]
+    /// of it, each frame within the request's between-bytes timeout) and
+    /// returns the connection to the pool once the body has ended. A longer
+    /// body streams on, its connection driven by a task of its own; a body
+    /// that fails ends, for the plugin, with the same failure.
+    async fn read(
         self: Arc<Self>,
         key: String,
-        mut sender: SendRequest<WasiBody>,
+        mut connection: Connection,
         response: http::Response<hyper::body::Incoming>,
         options: &RequestOptions,
     ) -> Sent {
-        tokio::spawn(async move {
-            if sender.ready().await.is_ok() {
-                self.put(key, sender);
-            }
-        });
         let between = options
             .between_bytes_timeout
             .unwrap_or(IDLE_FOR)
             .max(Duration::from_nanos(1));
-        let response = response.map(|incoming| {
-            let mut timer = tokio::time::interval(between);
-            timer.reset();
-            TimedBody { incoming, timer }.boxed_unsync()
-        });
-        (response, Box::new(async { Ok(()) }))
+        let (head, mut incoming) = response.into_parts();
+        let mut frames = VecDeque::new();
+        let mut buffered = 0;
+        let tail = loop {
+            if buffered > BUFFER_LIMIT {
+                let io = connection.io;
+                tokio::spawn(async move {
+                    if let Err(e) = io.await {
+                        tracing::debug!("outbound connection ended: {e}");
+                    }
+                });
+                break Tail::Streaming(TimedBody::new(incoming, between));
+            }
+            match drive(&mut connection.io, timeout(between, incoming.frame())).await {
+                Some(Ok(Some(Ok(frame)))) => {
+                    buffered += frame.data_ref().map_or(0, Bytes::len);
+                    frames.push_back(frame);
+                }
+                Some(Ok(None)) => {
+                    if connection.is_usable() {
+                        self.put(key, connection);
+                    }
+                    break Tail::End;
+                }
+                Some(Ok(Some(Err(e)))) => break Tail::Failed(Some(body_error(e))),
+                Some(Err(timed_out)) => break Tail::Failed(Some(timed_out)),
+                None => break Tail::Failed(Some(closed_early())),
+            }
+        };
+        let body = ReadAhead { frames, tail }.boxed_unsync();
+        (
+            http::Response::from_parts(head, body),
+            Box::new(async { Ok(()) }),
+        )
+    }
+}
+
+/// Polls `io` beside `f` until `f` is done: the connection's reads and
+/// writes happen in the task that waits for them. `None` when the
+/// connection ended with `f` still waiting.
+async fn drive<F: Future>(io: &mut Io, f: F) -> Option<F::Output> {
+    let mut f = std::pin::pin!(f);
+    let mut ended = false;
+    std::future::poll_fn(|cx| {
+        if !ended && let Poll::Ready(result) = Pin::new(&mut *io).poll(cx) {
+            ended = true;
+            if let Err(e) = result {
+                tracing::debug!("outbound connection ended: {e}");
+            }
+        }
+        match f.as_mut().poll(cx) {
+            Poll::Ready(output) => Poll::Ready(Some(output)),
+            Poll::Pending if ended => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// The connection closed while a response or its body was still awaited.
+fn closed_early() -> Error {
+    Error::HttpProtocolError
+}
+
+fn body_error(e: hyper::Error) -> Error {
+    if e.is_timeout() {
+        Error::HttpResponseTimeout
+    } else {
+        e.into()
     }
 }
 
@@ -178,28 +291,86 @@ async fn timeout<T>(limit: Duration, f: impl Future<Output = T>) -> Result<T, Er
         .map_err(|_| Error::ConnectionReadTimeout)
 }
 
-/// A new HTTP/1 connection to `address`, its I/O driven by its own task
-/// until both sides let go of it.
-async fn connect(address: &str, options: &RequestOptions) -> Result<SendRequest<WasiBody>, Error> {
+/// A new HTTP/1 connection to `address`.
+async fn connect(address: &str, options: &RequestOptions) -> Result<Connection, Error> {
     let limit = options.connect_timeout.unwrap_or(IDLE_FOR);
-    let stream = tokio::time::timeout(limit, tokio::net::TcpStream::connect(address))
+    let stream = tokio::time::timeout(limit, TcpStream::connect(address))
         .await
         .map_err(|_| Error::ConnectionTimeout)?
         .map_err(Error::Connect)?;
     // Requests are small and written whole: do not hold them back.
     stream.set_nodelay(true).map_err(Error::Connect)?;
-    let (sender, connection) = tokio::time::timeout(
+    let (sender, io) = tokio::time::timeout(
         limit,
         hyper::client::conn::http1::Builder::new().handshake(TokioIo::new(stream)),
     )
     .await
     .map_err(|_| Error::ConnectionTimeout)??;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!("outbound connection ended: {e}");
+    Ok(Connection { sender, io })
+}
+
+/// What follows the frames read ahead.
+enum Tail {
+    /// The body ended there.
+    End,
+    /// It failed there; the failure is handed over once.
+    Failed(Option<Error>),
+    /// The rest is still arriving.
+    Streaming(TimedBody),
+}
+
+/// A response body whose first frames (or all of them) were read before
+/// the response was handed over.
+struct ReadAhead {
+    frames: VecDeque<Frame<Bytes>>,
+    tail: Tail,
+}
+
+impl hyper::body::Body for ReadAhead {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        if let Some(frame) = self.frames.pop_front() {
+            return Poll::Ready(Some(Ok(frame)));
         }
-    });
-    Ok(sender)
+        match &mut self.tail {
+            Tail::End => Poll::Ready(None),
+            Tail::Failed(failure) => Poll::Ready(failure.take().map(Err)),
+            Tail::Streaming(rest) => Pin::new(rest).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty()
+            && match &self.tail {
+                Tail::End | Tail::Failed(None) => true,
+                Tail::Failed(Some(_)) => false,
+                Tail::Streaming(rest) => rest.is_end_stream(),
+            }
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        let ahead: usize = self
+            .frames
+            .iter()
+            .map(|f| f.data_ref().map_or(0, Bytes::len))
+            .sum();
+        match &self.tail {
+            Tail::Streaming(rest) => {
+                let mut hint = rest.size_hint();
+                hint.set_lower(hint.lower() + ahead as u64);
+                if let Some(upper) = hint.upper() {
+                    hint.set_upper(upper + ahead as u64);
+                }
+                hint
+            }
+            _ => hyper::body::SizeHint::with_exact(ahead as u64),
+        }
+    }
 }
 
 /// A response body that fails when the server goes quiet for longer than
@@ -209,6 +380,14 @@ struct TimedBody {
     timer: tokio::time::Interval,
 }
 
+impl TimedBody {
+    fn new(incoming: hyper::body::Incoming, between: Duration) -> TimedBody {
+        let mut timer = tokio::time::interval(between);
+        timer.reset();
+        TimedBody { incoming, timer }
+    }
+}
+
 impl hyper::body::Body for TimedBody {
     type Data = Bytes;
     type Error = Error;
@@ -216,16 +395,13 @@ impl hyper::body::Body for TimedBody {
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
         match Pin::new(&mut self.incoming).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 self.timer.reset();
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) if e.is_timeout() => {
-                Poll::Ready(Some(Err(Error::HttpResponseTimeout)))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(body_error(e)))),
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
                 ready!(self.timer.poll_tick(cx));
@@ -356,16 +532,15 @@ mod tests {
         let (origin, accepted, server) = one_shot_server().await;
         let pool = ConnectionPool::new();
         fetch(&pool, "t", &format!("{origin}/x")).await;
-        // The task that returns the connection has ended (it held the last
-        // other reference to the pool), and nothing open is pooled.
-        eventually(|| Arc::strong_count(&pool) == 1 && pool.idle_count() == 0).await;
+        // The pooled connection is seen to be closed.
+        eventually(|| pool.idle_count() == 0).await;
         assert_eq!(&fetch(&pool, "t", &format!("{origin}/x")).await[..], b"ok");
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
         server.abort();
     }
 
     #[tokio::test]
-    async fn an_unread_response_closes_its_connection() {
+    async fn an_unread_response_does_not_cost_its_connection() {
         let (origin, accepted, server) = counting_server().await;
         let pool = ConnectionPool::new();
         let (response, _io) = pool
@@ -373,9 +548,73 @@ mod tests {
             .send("t", get(&format!("{origin}/x")), RequestOptions::default())
             .await
             .unwrap();
+        // Its body was read ahead, so the connection is back already.
         drop(response);
         fetch(&pool, "t", &format!("{origin}/x")).await;
-        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        server.abort();
+    }
+
+    /// A server answering `/big` with `size` bytes, counting connections.
+    async fn big_body_server(
+        size: usize,
+    ) -> (String, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        let listener = listener.tap_io(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        let body = Bytes::from(vec![b'x'; size]);
+        let app =
+            axum::Router::new().route("/big", axum::routing::get(move || async move { body }));
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        (origin, accepted, server)
+    }
+
+    #[tokio::test]
+    async fn a_body_past_the_buffer_limit_streams_whole_on_a_connection_not_reused() {
+        let size = BUFFER_LIMIT * 4;
+        let (origin, accepted, server) = big_body_server(size).await;
+        let pool = ConnectionPool::new();
+        let url = format!("{origin}/big");
+        for round in 1..=2 {
+            let body = fetch(&pool, "t", &url).await;
+            assert_eq!(body.len(), size);
+            assert!(body.iter().all(|&b| b == b'x'));
+            assert_eq!(accepted.load(Ordering::SeqCst), round);
+        }
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_short_fails_for_the_plugin() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = socket.read(&mut buf).await.unwrap();
+            // Ten bytes announced, five sent, then the connection closes.
+            socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello")
+                .await
+                .unwrap();
+        });
+        let pool = ConnectionPool::new();
+        let (response, _io) = pool
+            .clone()
+            .send("t", get(&format!("{origin}/x")), RequestOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let read = response.into_body().collect().await;
+        assert!(read.is_err(), "a truncated body read as complete");
+        assert_eq!(pool.idle_count(), 0);
         server.abort();
     }
 }
