@@ -60,10 +60,10 @@ pub type Sent = (
 /// requests sent on it, and ends when the connection closes.
 type Io = hyper::client::conn::http1::Connection<TokioIo<TcpStream>, WasiBody>;
 
-/// One open HTTP/1 connection.
+/// One HTTP/1 connection; `io` is `None` once it has ended.
 struct Connection {
     sender: SendRequest<WasiBody>,
-    io: Io,
+    io: Option<Io>,
 }
 
 impl Connection {
@@ -71,7 +71,9 @@ impl Connection {
     /// which is how a close by the server is noticed while no task drives
     /// it.
     fn is_usable(&mut self) -> bool {
-        (&mut self.io).now_or_never().is_none() && self.sender.is_ready()
+        self.io
+            .as_mut()
+            .is_some_and(|io| io.now_or_never().is_none() && self.sender.is_ready())
     }
 }
 
@@ -177,24 +179,18 @@ impl ConnectionPool {
         // back unsent; it then goes on a new connection.
         while let Some(mut connection) = self.take(&key) {
             let response = connection.sender.try_send_request(request);
-            match drive(&mut connection.io, timeout(first_byte, response)).await {
-                Some(Ok(Ok(response))) => {
-                    return Ok(self.read(key, connection, response, &options).await);
-                }
-                Some(Ok(Err(mut failed))) => match failed.take_message() {
+            match drive(&mut connection.io, timeout(first_byte, response)).await? {
+                Ok(response) => return Ok(self.read(key, connection, response, &options).await),
+                Err(mut failed) => match failed.take_message() {
                     Some(unsent) => request = unsent,
                     None => return Err(failed.into_error().into()),
                 },
-                Some(Err(timed_out)) => return Err(timed_out),
-                None => return Err(closed_early()),
             }
         }
         let mut connection = connect(&address, &options).await?;
         let response = connection.sender.send_request(request);
-        match drive(&mut connection.io, timeout(first_byte, response)).await {
-            Some(response) => Ok(self.read(key, connection, response??, &options).await),
-            None => Err(closed_early()),
-        }
+        let response = drive(&mut connection.io, timeout(first_byte, response)).await??;
+        Ok(self.read(key, connection, response, &options).await)
     }
 
     /// Reads the response's body on `connection` (at most [`BUFFER_LIMIT`]
@@ -218,28 +214,28 @@ impl ConnectionPool {
         let mut buffered = 0;
         let tail = loop {
             if buffered > BUFFER_LIMIT {
-                let io = connection.io;
-                tokio::spawn(async move {
-                    if let Err(e) = io.await {
-                        tracing::debug!("outbound connection ended: {e}");
-                    }
-                });
+                if let Some(io) = connection.io {
+                    tokio::spawn(async move {
+                        if let Err(e) = io.await {
+                            tracing::debug!("outbound connection ended: {e}");
+                        }
+                    });
+                }
                 break Tail::Streaming(TimedBody::new(incoming, between));
             }
             match drive(&mut connection.io, timeout(between, incoming.frame())).await {
-                Some(Ok(Some(Ok(frame)))) => {
+                Ok(Some(Ok(frame))) => {
                     buffered += frame.data_ref().map_or(0, Bytes::len);
                     frames.push_back(frame);
                 }
-                Some(Ok(None)) => {
+                Ok(None) => {
                     if connection.is_usable() {
                         self.put(key, connection);
                     }
                     break Tail::End;
                 }
-                Some(Ok(Some(Err(e)))) => break Tail::Failed(Some(body_error(e))),
-                Some(Err(timed_out)) => break Tail::Failed(Some(timed_out)),
-                None => break Tail::Failed(Some(closed_early())),
+                Ok(Some(Err(e))) => break Tail::Failed(Some(body_error(e))),
+                Err(timed_out) => break Tail::Failed(Some(timed_out)),
             }
         };
         let body = ReadAhead { frames, tail }.boxed_unsync();
@@ -250,31 +246,26 @@ impl ConnectionPool {
     }
 }
 
-/// Polls `io` beside `f` until `f` is done: the connection's reads and
-/// writes happen in the task that waits for them. `None` when the
-/// connection ended with `f` still waiting.
-async fn drive<F: Future>(io: &mut Io, f: F) -> Option<F::Output> {
+/// Polls the connection's I/O beside `f` until `f` is done: its reads and
+/// writes happen in the task that waits for them. A connection that ends
+/// is dropped at once, which settles what it still held: a request not yet
+/// written comes back unsent, one awaiting its answer fails, and a body
+/// still arriving ends (with an error if it was cut short). `f` carries its
+/// own timeout, so it ends either way.
+async fn drive<F: Future>(io: &mut Option<Io>, f: F) -> F::Output {
     let mut f = std::pin::pin!(f);
-    let mut ended = false;
     std::future::poll_fn(|cx| {
-        if !ended && let Poll::Ready(result) = Pin::new(&mut *io).poll(cx) {
-            ended = true;
-            if let Err(e) = result {
+        if let Some(connection) = io.as_mut()
+            && let Poll::Ready(ended) = Pin::new(connection).poll(cx)
+        {
+            if let Err(e) = ended {
                 tracing::debug!("outbound connection ended: {e}");
             }
+            *io = None;
         }
-        match f.as_mut().poll(cx) {
-            Poll::Ready(output) => Poll::Ready(Some(output)),
-            Poll::Pending if ended => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
+        f.as_mut().poll(cx)
     })
     .await
-}
-
-/// The connection closed while a response or its body was still awaited.
-fn closed_early() -> Error {
-    Error::HttpProtocolError
 }
 
 fn body_error(e: hyper::Error) -> Error {
@@ -306,7 +297,10 @@ async fn connect(address: &str, options: &RequestOptions) -> Result<Connection, 
     )
     .await
     .map_err(|_| Error::ConnectionTimeout)??;
-    Ok(Connection { sender, io })
+    Ok(Connection {
+        sender,
+        io: Some(io),
+    })
 }
 
 /// What follows the frames read ahead.
@@ -536,6 +530,19 @@ mod tests {
         eventually(|| pool.idle_count() == 0).await;
         assert_eq!(&fetch(&pool, "t", &format!("{origin}/x")).await[..], b"ok");
         assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn requests_right_after_a_close_go_on_new_connections() {
+        let (origin, accepted, server) = one_shot_server().await;
+        let pool = ConnectionPool::new();
+        // No waiting between them: each may take the connection the server
+        // is closing, and must then go out on a new one, not fail.
+        for _ in 0..20 {
+            assert_eq!(&fetch(&pool, "t", &format!("{origin}/x")).await[..], b"ok");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 20);
         server.abort();
     }
 
