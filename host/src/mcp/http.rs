@@ -19,7 +19,6 @@ use axum::extract::Request;
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use std::sync::Arc;
@@ -213,12 +212,7 @@ async fn check_frame(
     };
     // The count ends when the body has been sent (or the client went away),
     // not when the handler returned: the answer may still be on its way.
-    let (parts, body) = response.into_parts();
-    let body = body.into_data_stream().map(move |chunk| {
-        let _counted = &in_flight;
-        chunk
-    });
-    Response::from_parts(parts, Body::from_stream(body))
+    response.map(|body| Body::new(Holding::new(body, in_flight)))
 }
 
 /// Keeps the listen stream's place taken until its response body ends.
@@ -226,12 +220,42 @@ fn hold_until_sent(response: Response, slot: Option<StreamSlot>) -> Response {
     let Some(slot) = slot else {
         return response;
     };
-    let (parts, body) = response.into_parts();
-    let body = body.into_data_stream().map(move |chunk| {
-        let _held = &slot;
-        chunk
-    });
-    Response::from_parts(parts, Body::from_stream(body))
+    response.map(|body| Body::new(Holding::new(body, slot)))
+}
+
+/// A response body that keeps `T` until the body is dropped: hyper drops
+/// it once the last byte is written, or when the client goes away. The
+/// body's frames and size pass through unchanged, so a JSON answer keeps
+/// its `Content-Length` (a stream would be sent chunked).
+struct Holding<T> {
+    body: Body,
+    _held: T,
+}
+
+impl<T> Holding<T> {
+    fn new(body: Body, held: T) -> Holding<T> {
+        Holding { body, _held: held }
+    }
+}
+
+impl<T: Unpin> hyper::body::Body for Holding<T> {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// The JSON-RPC error (HTTP 429) for a listen stream over the cap.

@@ -206,6 +206,39 @@ async fn a_legacy_initialize_client_is_served_on_the_same_endpoint() {
     server.stop().await;
 }
 
+/// A one-message answer is sent with its length, not chunked: counting
+/// the answer until it is sent must not change how it is framed.
+#[tokio::test]
+async fn a_json_answer_carries_its_content_length() {
+    let (_sim, server) = setup(100, &[]).await;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta(false)}});
+    let response = reqwest::Client::new()
+        .post(&server.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/list")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers().get("transfer-encoding").is_none(),
+        "{:?}",
+        response.headers()
+    );
+    let length: usize = response.headers()["content-length"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let text = response.text().await.unwrap();
+    assert_eq!(text.len(), length);
+    assert!(serde_json::from_str::<Value>(&text).unwrap()["result"]["tools"].is_array());
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn tools_list_fits_the_size_budget() {
     let (_sim, server) = setup(100, &[]).await;
