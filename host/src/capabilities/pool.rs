@@ -362,7 +362,13 @@ impl hyper::body::Body for ReadAhead {
                 }
                 hint
             }
-            _ => hyper::body::SizeHint::with_exact(ahead as u64),
+            Tail::End | Tail::Failed(None) => hyper::body::SizeHint::with_exact(ahead as u64),
+            // It will fail after these: how much comes is not known.
+            Tail::Failed(Some(_)) => {
+                let mut hint = hyper::body::SizeHint::new();
+                hint.set_lower(ahead as u64);
+                hint
+            }
         }
     }
 }

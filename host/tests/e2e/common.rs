@@ -356,6 +356,19 @@ pub fn meta(tasks: bool) -> Value {
     })
 }
 
+/// A modern client's `tools/list` POST on `client`, unsent, for tests
+/// that read the HTTP response itself (status, headers, framing).
+pub fn tools_list_request(client: &reqwest::Client, url: &str) -> reqwest::RequestBuilder {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta(false)}});
+    client
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", MODERN)
+        .header("mcp-method", "tools/list")
+        .body(body.to_string())
+}
+
 /// POSTs one raw message with the headers a modern client sends, and
 /// returns the status and the JSON-RPC message (from JSON or SSE).
 pub async fn post(url: &str, body: &str, headers: &[(&str, &str)]) -> (u16, Value) {

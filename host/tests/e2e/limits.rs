@@ -31,14 +31,7 @@ async fn slow_connection(url: &str) -> TcpStream {
 /// A `tools/list` over `client` (which keeps its connection between
 /// requests); the HTTP status.
 async fn tools_list(client: &reqwest::Client, url: &str) -> u16 {
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta(false)}});
-    let response = client
-        .post(url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", MODERN)
-        .header("mcp-method", "tools/list")
-        .body(body.to_string())
+    let response = tools_list_request(client, url)
         .send()
         .await
         .expect("the normal client is answered");
@@ -165,14 +158,7 @@ async fn requests_over_a_tenants_rate_get_429_with_retry_after() {
     let mut statuses = Vec::new();
     let mut retry_after = None;
     for _ in 0..20 {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta(false)}});
-        let response = client
-            .post(&server.url)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .header("mcp-protocol-version", MODERN)
-            .header("mcp-method", "tools/list")
-            .body(body.to_string())
+        let response = tools_list_request(&client, &server.url)
             .send()
             .await
             .unwrap();

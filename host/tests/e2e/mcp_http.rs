@@ -211,14 +211,7 @@ async fn a_legacy_initialize_client_is_served_on_the_same_endpoint() {
 #[tokio::test]
 async fn a_json_answer_carries_its_content_length() {
     let (_sim, server) = setup(100, &[]).await;
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta(false)}});
-    let response = reqwest::Client::new()
-        .post(&server.url)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", MODERN)
-        .header("mcp-method", "tools/list")
-        .body(body.to_string())
+    let response = tools_list_request(&reqwest::Client::new(), &server.url)
         .send()
         .await
         .unwrap();
