@@ -32,6 +32,10 @@ use tokio::io::AsyncBufReadExt;
 mod load;
 use load::{Load, load};
 
+/// How long creating the tasks may take, on top of the devices' delay,
+/// before a task's time to live runs out.
+const CREATION_ALLOWANCE: Duration = Duration::from_secs(4 * 3600);
+
 #[derive(Parser, Debug)]
 struct Args {
     /// Tasks to create.
@@ -400,11 +404,14 @@ async fn main() -> anyhow::Result<()> {
         }
         other => bail!("--store must be redb or redis, not {other}"),
     };
+    // A task must outlive the run so it can be checked: creating 1,000,000
+    // can take longer than the devices' delay (a run with a 300 s delay
+    // created for 851 s, and its first tasks expired before the check).
+    let ttl_ms = longest_delay_ms * 3 + CREATION_ALLOWANCE.as_millis() as u64;
     let settings = format!(
-        "poll_interval_ms={},settle_window_ms={},ttl_ms={},probe_max_age_ms={}",
+        "poll_interval_ms={},settle_window_ms={},ttl_ms={ttl_ms},probe_max_age_ms={}",
         args.poll_ms,
         longest_delay_ms * 2,
-        longest_delay_ms * 3,
         longest_delay_ms
     );
     let mut runners = Vec::new();
