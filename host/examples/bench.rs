@@ -267,12 +267,7 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
     // sharing the runtime with the client and the simulator.
     let own_process = std::env::var("BENCH_SETTLE").is_ok_and(|v| v == "process");
     let (url, _stop, _process) = if own_process {
-        let settle = spawn_settle(
-            &api,
-            dir.path(),
-            &["--inline-wait-ms", "0", "--max-requests-per-second", "0"],
-        )
-        .await?;
+        let settle = spawn_settle(&api, dir.path(), &["--inline-wait-ms", "0"]).await?;
         (settle.url.clone(), None, Some(settle))
     } else {
         let (url, stop) = serve(config(&api, store.to_str().unwrap(), "0")?).await?;

@@ -131,7 +131,10 @@ impl ConnectionPool {
     fn put(&self, key: String, connection: Connection) {
         let mut idle = self.lock();
         let list = idle.entry(key).or_default();
-        list.retain_mut(Idle::is_usable);
+        // Only the age here: checking every idle connection for a close
+        // would poll each one on every response. `take` checks the one it
+        // hands out.
+        list.retain(|e| e.since.elapsed() < IDLE_FOR);
         if list.len() < MAX_IDLE_PER_ORIGIN {
             list.push(Idle {
                 connection,
