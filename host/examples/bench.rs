@@ -47,9 +47,16 @@ use process::spawn_settle;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The device plugin: `make guest`'s, or `BENCH_PLUGIN` (another build,
+/// for an A/B of two plugins on the same runner).
 fn plugin() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/wasm32-wasip2/release/settle_devices.wasm")
+    std::env::var_os("BENCH_PLUGIN").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/wasm32-wasip2/release/settle_devices.wasm")
+        },
+        PathBuf::from,
+    )
 }
 
 fn micros(d: Duration) -> f64 {
@@ -235,20 +242,34 @@ fn sensor_reads(sim: &device_sim::RunningSim) -> u64 {
 }
 
 /// `get_device_state` through settle, `concurrency` workers for `duration`.
+/// Which of settle's two routes a stateless `tools/call` takes.
+#[derive(Clone, Copy, PartialEq)]
+enum Route {
+    /// As clients send it: served without rmcp's per-request service.
+    Direct,
+    /// With an `Accept` entry carrying a weight, which the direct route
+    /// leaves to rmcp: the route every call took before the seventh round.
+    Rmcp,
+}
+
 async fn device_state_load(
     url: &str,
     concurrency: usize,
     duration: Duration,
+    route: Route,
 ) -> anyhow::Result<Load> {
     let mcp_url = url.to_string();
     load(concurrency, duration, move |client, worker| {
-        let request = mcp_request(
+        let mut request = mcp_request(
             &client,
             &mcp_url,
             1,
             "tools/call",
             json!({"name": "get_device_state", "arguments": {"device_id": own_device(worker)}}),
         );
+        if route == Route::Rmcp {
+            request = request.header("accept", "text/event-stream;q=1");
+        }
         Box::pin(async move {
             let reply = message(request.send().await?).await?;
             anyhow::ensure!(reply["result"]["isError"] == false, "call failed: {reply}");
@@ -298,8 +319,11 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
         })
         .await?;
         sim.sim().reset_stats();
-        let through_settle = device_state_load(&url, concurrency, Duration::from_secs(3)).await?;
+        let through_settle =
+            device_state_load(&url, concurrency, Duration::from_secs(3), Route::Direct).await?;
         let reads = sensor_reads(sim);
+        let through_rmcp =
+            device_state_load(&url, concurrency, Duration::from_secs(3), Route::Rmcp).await?;
         let api = api.clone();
         let direct = load(
             concurrency,
@@ -325,6 +349,10 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
                 &through_settle,
             ),
             (
+                format!("  the same through rmcp's route, c={concurrency}"),
+                &through_rmcp,
+            ),
+            (
                 format!("simulator directly, concurrency {concurrency}"),
                 &direct,
             ),
@@ -343,6 +371,13 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
             through_settle.rps / direct.rps,
             micros(through_settle.p50) / micros(direct.p50),
             micros(through_settle.p50) - micros(direct.p50),
+        );
+        println!(
+            "  the direct route against rmcp's: p50 {:.0} against {:.0} µs ({:.0} µs less), throughput x{:.2}",
+            micros(through_settle.p50),
+            micros(through_rmcp.p50),
+            micros(through_rmcp.p50) - micros(through_settle.p50),
+            through_settle.rps / through_rmcp.rps,
         );
         println!(
             "  device reads per get_device_state: {:.3} ({reads} reads for {} calls)",
@@ -768,12 +803,17 @@ async fn profile(
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("profile.redb");
     let (url, _stop) = serve(config(&sim.base_url(), store.to_str().unwrap(), "0")?).await?;
-    device_state_load(&url, concurrency, Duration::from_secs(1)).await?;
+    // `BENCH_ROUTE=rmcp`: profile the route through rmcp's service.
+    let route = match std::env::var("BENCH_ROUTE").as_deref() {
+        Ok("rmcp") => Route::Rmcp,
+        _ => Route::Direct,
+    };
+    device_state_load(&url, concurrency, Duration::from_secs(1), route).await?;
     println!(
         "profiling: get_device_state at concurrency {concurrency} for {seconds} s (pid {})",
         std::process::id()
     );
-    let l = device_state_load(&url, concurrency, Duration::from_secs(seconds)).await?;
+    let l = device_state_load(&url, concurrency, Duration::from_secs(seconds), route).await?;
     println!(
         "  {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, n {}",
         l.rps,

@@ -2,7 +2,8 @@
 //! `/metrics`: plugin calls and their latency, tasks by outcome, denied
 //! outbound requests, plugin faults and plugin swaps, and what the HTTP
 //! server's limits did (open and refused connections, header-read
-//! timeouts, open and refused listen streams, rate-limited requests).
+//! timeouts, open and refused listen streams, rate-limited requests), and
+//! which route each MCP POST took (served directly or through rmcp).
 //!
 //! Labels are tenant names, call names, outcomes and statuses only: never a
 //! token, a URL or anything a device reported.
@@ -34,6 +35,12 @@ struct StatusLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    tenant: String,
+    route: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FaultLabels {
     tenant: String,
     kind: String,
@@ -59,6 +66,7 @@ pub struct Metrics {
     listen_streams: Family<TenantLabels, Gauge>,
     listen_refused: Family<TenantLabels, Counter>,
     rate_limited: Family<TenantLabels, Counter>,
+    mcp_requests: Family<RouteLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -138,6 +146,12 @@ impl Default for Metrics {
             "Requests answered 429 because the tenant exceeded --max-requests-per-second",
             rate_limited.clone(),
         );
+        let mcp_requests = Family::<RouteLabels, Counter>::default();
+        registry.register(
+            "mcp_requests",
+            "MCP POSTs by tenant and route: direct (a stateless tools/call or tasks/get served without rmcp's per-request service) or rmcp",
+            mcp_requests.clone(),
+        );
         Metrics {
             registry,
             calls,
@@ -152,6 +166,7 @@ impl Default for Metrics {
             listen_streams,
             listen_refused,
             rate_limited,
+            mcp_requests,
         }
     }
 }
@@ -257,6 +272,16 @@ impl Metrics {
         self.rate_limited
             .get_or_create(&TenantLabels {
                 tenant: tenant.to_string(),
+            })
+            .inc();
+    }
+
+    /// An MCP POST of `tenant` took `route` (`direct` or `rmcp`).
+    pub fn mcp_request(&self, tenant: &str, route: &'static str) {
+        self.mcp_requests
+            .get_or_create(&RouteLabels {
+                tenant: tenant.to_string(),
+                route,
             })
             .inc();
     }

@@ -10,7 +10,8 @@ use super::convert::{
     call_error, fault_error, questions_from_plugin, result_from_plugin, server_capabilities,
     task_error, task_from_plugin, to_mcp_tool,
 };
-use super::{era, legacy};
+use super::era::Caller;
+use super::legacy;
 use crate::bindings::settle::plugin::types::{
     CallOutcome, CallRequest, McpRequest, RequestOutcome, TaskStatus, TaskView,
 };
@@ -21,12 +22,10 @@ use crate::plugin::{Plugin, PluginInfo};
 use crate::runtime::Runtime;
 use crate::tenant::Tenant;
 use arc_swap::ArcSwapOption;
-use rmcp::RoleServer;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CreateTaskResult, ErrorData, InputRequiredResult,
     ServerCapabilities, Tool,
 };
-use rmcp::service::RequestContext;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,6 +82,10 @@ struct Converted {
     plugin: Arc<Plugin>,
     /// `None` until the plugin's tool list has been read.
     tools: Option<Vec<Tool>>,
+    /// The tools whose input schema maps an argument to an `Mcp-Param-*`
+    /// header (SEP-2243): their calls are left to rmcp, which checks those
+    /// headers against the body.
+    param_headed: Vec<String>,
     /// `None` until the plugin accepted its configuration.
     server: Option<(ServerCapabilities, Option<String>)>,
 }
@@ -129,6 +132,13 @@ impl Dispatch {
                 })
                 .collect()
         });
+        let param_headed = tools
+            .as_deref()
+            .unwrap_or(&[] as &[Tool])
+            .iter()
+            .filter(|tool| maps_headers(&tool.input_schema))
+            .map(|tool| tool.name.to_string())
+            .collect();
         let server = plugin.cached_info().map(|info| {
             (
                 server_capabilities(&info.capabilities),
@@ -138,6 +148,7 @@ impl Dispatch {
         let fresh = Arc::new(Converted {
             plugin,
             tools,
+            param_headed,
             server,
         });
         self.converted.store(Some(fresh.clone()));
@@ -153,6 +164,22 @@ impl Dispatch {
             .iter()
             .find(|t| t.name == name)
             .cloned()
+    }
+
+    /// Whether rmcp must check the `Mcp-Param-*` headers of a call to
+    /// `name`: its schema maps arguments to headers. Until the tool list
+    /// has been read rmcp has no schema either, and checks none.
+    pub fn maps_param_headers(&self, name: &str) -> bool {
+        self.converted().param_headed.iter().any(|t| t == name)
+    }
+
+    /// Whether the server offers the tasks extension: without it, rmcp
+    /// answers `tasks/*` as unknown methods.
+    pub fn serves_tasks(&self) -> bool {
+        self.converted()
+            .server
+            .as_ref()
+            .is_some_and(|(capabilities, _)| capabilities.supports_tasks())
     }
 
     /// The tenant served.
@@ -192,9 +219,9 @@ impl Dispatch {
     /// Runs a `tools/call`.
     pub async fn call_tool(
         &self,
-        cx: &RequestContext<RoleServer>,
+        caller: &Caller,
         request: &CallToolRequestParams,
-        notifier: Arc<dyn RequestNotifier>,
+        notifier: Option<Arc<dyn RequestNotifier>>,
     ) -> Result<CallToolResponse, ErrorData> {
         let _in_flight = self.drain.enter();
         let name = request.name.to_string();
@@ -202,14 +229,14 @@ impl Dispatch {
         let inputs = super::convert::input_responses_json(&request.input_responses);
         let answer = self
             .with_questions(
-                cx,
+                caller,
                 inputs,
                 request.request_state.clone(),
                 |inputs, state| {
                     let call = CallRequest {
                         name: name.clone(),
                         arguments: arguments.clone(),
-                        client: era::client_context(cx),
+                        client: caller.client.clone(),
                         input_responses: inputs,
                         request_state: state,
                     };
@@ -217,7 +244,7 @@ impl Dispatch {
                     async move {
                         let outcome = self
                             .runtime
-                            .call_tool(&self.tenant, &call, Some(notifier))
+                            .call_tool(&self.tenant, &call, notifier)
                             .await
                             .map_err(fault_error)?
                             .map_err(call_error)?;
@@ -241,7 +268,7 @@ impl Dispatch {
                 result_from_plugin("tool result", &json)?,
             )),
             Answer::Done(ToolEnd::Task(view)) => {
-                self.answer_with_task(view, era::declares_tasks(cx)).await
+                self.answer_with_task(view, caller.declares_tasks()).await
             }
             Answer::Questions(questions) => Ok(CallToolResponse::InputRequired(questions)),
         }
@@ -251,7 +278,7 @@ impl Dispatch {
     /// result is the plugin's JSON.
     pub async fn serve(
         &self,
-        cx: &RequestContext<RoleServer>,
+        caller: &Caller,
         method: &'static str,
         params: String,
         input_responses: Option<String>,
@@ -259,11 +286,11 @@ impl Dispatch {
         notifier: Arc<dyn RequestNotifier>,
     ) -> Result<Answer<String>, ErrorData> {
         let _in_flight = self.drain.enter();
-        self.with_questions(cx, input_responses, request_state, |inputs, state| {
+        self.with_questions(caller, input_responses, request_state, |inputs, state| {
             let request = McpRequest {
                 method: method.to_string(),
                 params: params.clone(),
-                client: era::client_context(cx),
+                client: caller.client.clone(),
                 input_responses: inputs,
                 request_state: state,
             };
@@ -290,12 +317,15 @@ impl Dispatch {
     /// which cannot carry questions.
     pub async fn serve_complete<T: serde::de::DeserializeOwned>(
         &self,
-        cx: &RequestContext<RoleServer>,
+        caller: &Caller,
         method: &'static str,
         params: String,
         notifier: Arc<dyn RequestNotifier>,
     ) -> Result<T, ErrorData> {
-        match self.serve(cx, method, params, None, None, notifier).await? {
+        match self
+            .serve(caller, method, params, None, None, notifier)
+            .await?
+        {
             Answer::Done(json) => result_from_plugin(method, &json),
             Answer::Questions(_) => Err(ErrorData::internal_error(
                 format!("the plugin asked questions for {method}, which cannot carry them"),
@@ -309,7 +339,7 @@ impl Dispatch {
     /// with the answers. A 2026-07-28 client gets the questions instead.
     async fn with_questions<T, F, Fut>(
         &self,
-        cx: &RequestContext<RoleServer>,
+        caller: &Caller,
         mut input_responses: Option<String>,
         mut request_state: Option<String>,
         mut once: F,
@@ -323,10 +353,10 @@ impl Dispatch {
             let Answer::Questions(questions) = answer else {
                 return Ok(answer);
             };
-            if era::is_modern(cx) {
+            let Some(peer) = &caller.legacy_peer else {
                 return Ok(Answer::Questions(questions));
-            }
-            let (responses, state) = legacy::ask(&cx.peer, &questions).await?;
+            };
+            let (responses, state) = legacy::ask(peer, &questions).await?;
             input_responses = Some(responses);
             request_state = state;
         }
@@ -374,4 +404,21 @@ impl Dispatch {
             &view.tool_result,
         )?))
     }
+}
+
+/// Whether a tool's input schema annotates any property, at any depth,
+/// with `x-mcp-header`. Broader than rmcp's reading (which follows only
+/// `properties` chains and well-formed names), so that every call rmcp
+/// would check is left to it.
+fn maps_headers(schema: &serde_json::Map<String, Value>) -> bool {
+    schema.iter().any(|(key, value)| {
+        key == "x-mcp-header"
+            || match value {
+                Value::Object(inner) => maps_headers(inner),
+                Value::Array(items) => items
+                    .iter()
+                    .any(|item| item.as_object().is_some_and(maps_headers)),
+                _ => false,
+            }
+    })
 }

@@ -8,8 +8,10 @@
 
 use crate::bindings::settle::plugin::types::ClientContext;
 use rmcp::RoleServer;
-use rmcp::model::{ClientCapabilities, ErrorCode, ErrorData, ProtocolVersion};
-use rmcp::service::RequestContext;
+use rmcp::model::{
+    ClientCapabilities, ErrorCode, ErrorData, Implementation, ProtocolVersion, RequestMetaObject,
+};
+use rmcp::service::{Peer, RequestContext};
 
 /// The protocol versions settle serves: 2026-07-28 statelessly, and the two
 /// `initialize` versions most clients in use still speak.
@@ -94,19 +96,76 @@ pub fn missing_tasks() -> ErrorData {
     )
 }
 
+/// Who sent a request, as the plugin and the era's rules need it: read
+/// from rmcp's request context, or from the `_meta` of a request served
+/// directly ([`super::direct`]), which has no rmcp context.
+pub struct Caller {
+    /// The client as the plugin receives it; `client.tasks` says whether
+    /// it may be given tasks.
+    pub client: ClientContext,
+    /// A legacy session's peer, through which the plugin's questions are
+    /// asked. `None` under 2026-07-28, where questions go back in the
+    /// answer instead.
+    pub legacy_peer: Option<Peer<RoleServer>>,
+}
+
+impl Caller {
+    /// The caller of a request rmcp routed.
+    pub fn of(cx: &RequestContext<RoleServer>) -> Caller {
+        let capabilities = cx.client_capabilities().unwrap_or_default();
+        Caller {
+            client: client_context(
+                cx.protocol_version(),
+                &capabilities,
+                cx.client_info(),
+                declares_tasks(cx),
+            ),
+            legacy_peer: (!is_modern(cx)).then(|| cx.peer.clone()),
+        }
+    }
+
+    /// The caller of a stateless 2026-07-28 request, from its `_meta`:
+    /// `None` unless the meta names 2026-07-28 and carries the client's
+    /// capabilities. A client that does not name itself is, as rmcp has it,
+    /// rmcp's default implementation.
+    pub fn stateless(meta: &RequestMetaObject) -> Option<Caller> {
+        let version = meta.protocol_version()?;
+        if version != ProtocolVersion::V_2026_07_28 {
+            return None;
+        }
+        let capabilities = meta.client_capabilities()?;
+        let info = meta.client_info().unwrap_or_default();
+        let tasks = capabilities.supports_tasks();
+        Some(Caller {
+            client: client_context(Some(version), &capabilities, Some(info), tasks),
+            legacy_peer: None,
+        })
+    }
+
+    /// Served under 2026-07-28 (rather than in a legacy session).
+    pub fn is_modern(&self) -> bool {
+        self.legacy_peer.is_none()
+    }
+
+    /// The client may receive tasks.
+    pub fn declares_tasks(&self) -> bool {
+        self.client.tasks
+    }
+}
+
 /// What the client declared, as the plugin receives it.
-pub fn client_context(cx: &RequestContext<RoleServer>) -> ClientContext {
-    let caps = cx.client_capabilities().unwrap_or_default();
-    let info = cx.client_info();
+fn client_context(
+    version: Option<ProtocolVersion>,
+    capabilities: &ClientCapabilities,
+    info: Option<Implementation>,
+    tasks: bool,
+) -> ClientContext {
     ClientContext {
-        protocol_version: cx
-            .protocol_version()
-            .map(|v| v.to_string())
-            .unwrap_or_default(),
-        tasks: declares_tasks(cx),
-        elicitation: caps.elicitation.is_some(),
-        sampling: caps.sampling.is_some(),
-        roots: caps.roots.is_some(),
+        protocol_version: version.map(|v| v.to_string()).unwrap_or_default(),
+        tasks,
+        elicitation: capabilities.elicitation.is_some(),
+        sampling: capabilities.sampling.is_some(),
+        roots: capabilities.roots.is_some(),
         client_name: info.as_ref().map(|i| i.name.clone()),
         client_version: info.map(|i| i.version),
     }

@@ -17,6 +17,7 @@ use super::convert::{
     task_error, to_mcp_tool,
 };
 use super::dispatch::{Answer, Dispatch, ServeOptions};
+use super::era::Caller;
 use super::legacy::Session;
 use super::notify::Notifier;
 use super::{era, listen};
@@ -108,6 +109,39 @@ impl Settle {
         })
     }
 
+    /// A `tools/call` served without rmcp ([`super::direct`]): the request
+    /// asked for no progress and no log messages, so nothing is sent
+    /// while it runs.
+    pub(super) async fn call_tool_directly(
+        &self,
+        caller: &Caller,
+        request: &CallToolRequestParams,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.dispatch.call_tool(caller, request, None).await
+    }
+
+    /// A task's current state, for `tasks/get` however it arrived (the
+    /// caller was checked for the tasks extension before).
+    pub(super) async fn task(&self, task_id: &str) -> Result<GetTaskResult, ErrorData> {
+        let _in_flight = self.drain().enter();
+        let view = self
+            .dispatch
+            .runtime()
+            .get_task(self.dispatch.tenant(), task_id)
+            .await
+            .map_err(fault_error)?
+            .map_err(task_error)?;
+        Ok(GetTaskResult::new(super::convert::detailed_task(
+            &view.detailed,
+        )?))
+    }
+
+    /// What [`super::direct`] needs to know of the plugin before it takes
+    /// a request from rmcp.
+    pub(super) fn dispatch(&self) -> &Dispatch {
+        &self.dispatch
+    }
+
     /// Runs a request the plugin serves whose answer may be questions.
     async fn serve(
         &self,
@@ -119,7 +153,14 @@ impl Settle {
     ) -> Result<Answer<String>, ErrorData> {
         let notifier = self.notifier(cx);
         self.dispatch
-            .serve(cx, method, params, input_responses, request_state, notifier)
+            .serve(
+                &Caller::of(cx),
+                method,
+                params,
+                input_responses,
+                request_state,
+                notifier,
+            )
             .await
     }
 
@@ -132,7 +173,7 @@ impl Settle {
     ) -> Result<T, ErrorData> {
         let notifier = self.notifier(cx);
         self.dispatch
-            .serve_complete(cx, method, params, notifier)
+            .serve_complete(&Caller::of(cx), method, params, notifier)
             .await
     }
 }
@@ -182,7 +223,9 @@ impl ServerHandler for Settle {
         cx: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let notifier = self.notifier(&cx);
-        self.dispatch.call_tool(&cx, &request, notifier).await
+        self.dispatch
+            .call_tool(&Caller::of(&cx), &request, Some(notifier))
+            .await
     }
 
     async fn list_resources(
@@ -323,18 +366,8 @@ impl ServerHandler for Settle {
         request: GetTaskParams,
         cx: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let _in_flight = self.drain().enter();
         era::require_task_client(&cx)?;
-        let view = self
-            .dispatch
-            .runtime()
-            .get_task(self.dispatch.tenant(), &request.task_id)
-            .await
-            .map_err(fault_error)?
-            .map_err(task_error)?;
-        Ok(GetTaskResult::new(super::convert::detailed_task(
-            &view.detailed,
-        )?))
+        self.task(&request.task_id).await
     }
 
     async fn update_task(

@@ -6,8 +6,11 @@
 //! responses still being sent, so shutdown waits until each answer has
 //! actually left. A legacy session's `DELETE` is answered `204 No Content`
 //! (rmcp answers `202`, which the official Python SDK logs as a failed
-//! termination on every close).
+//! termination on every close). The stateless 2026-07-28 `tools/call` and
+//! `tasks/get` that rmcp would accept as they stand are served by
+//! [`super::direct`] instead, without rmcp's per-request service.
 
+use super::direct::{self, Hosts};
 use super::handler::Settle;
 use super::limits::{StreamSlot, Throttle};
 use super::{frame, listen};
@@ -70,6 +73,12 @@ pub fn router(
         // only when notifications come first.
         .with_json_response(true)
         .with_cancellation_token(streams);
+    let served = Arc::new(Served {
+        responses,
+        throttle: throttle.clone(),
+        settle: settle.clone(),
+        hosts: Hosts::new(&access.allowed_hosts),
+    });
     let service = StreamableHttpService::new(
         move || Ok(settle.for_session()),
         Arc::new(LocalSessionManager::default()),
@@ -77,9 +86,8 @@ pub fn router(
     );
     Router::new()
         .route_service("/mcp", service)
-        .layer(middleware::from_fn({
-            let throttle = throttle.clone();
-            move |request, next| check_frame(responses.clone(), throttle.clone(), request, next)
+        .layer(middleware::from_fn(move |request, next| {
+            check_frame(served.clone(), request, next)
         }))
         .layer(middleware::from_fn(move |request, next| {
             super::limits::rate_limit(throttle.clone(), request, next)
@@ -137,15 +145,30 @@ const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// wants; shutdown ends them rather than waiting for them.
 const LONG_LIVED: [&str; 1] = ["subscriptions/listen"];
 
-/// Answers a malformed POST body with the JSON-RPC error it deserves, and
-/// counts every other POST until its response body has been sent; a
-/// listen stream over the tenant's cap is refused.
-async fn check_frame(
+/// What [`check_frame`] needs of the endpoint it guards, made once per
+/// router.
+struct Served {
+    /// Answers still being sent.
     responses: Drain,
+    /// The tenant's rate and stream limits.
     throttle: Arc<Throttle>,
-    request: Request,
-    next: Next,
-) -> Response {
+    /// The server, for requests served without rmcp.
+    settle: Settle,
+    /// The `Host` values rmcp accepts.
+    hosts: Hosts,
+}
+
+/// Answers a malformed POST body with the JSON-RPC error it deserves,
+/// serves what [`direct`] recognises, and counts every other POST until its
+/// response body has been sent; a listen stream over the tenant's cap is
+/// refused.
+async fn check_frame(served: Arc<Served>, request: Request, next: Next) -> Response {
+    let Served {
+        responses,
+        throttle,
+        settle,
+        hosts,
+    } = &*served;
     if request.method() != Method::POST {
         return next.run(request).await;
     }
@@ -176,6 +199,13 @@ async fn check_frame(
                 .into_response();
         }
     };
+    if let Some(request) = direct::recognise(hosts, settle.dispatch(), &parts, &message) {
+        count_route(settle, "direct");
+        let in_flight = responses.enter();
+        let response = direct::answer(settle, request).await;
+        return response.map(|body| Body::new(Holding::new(body, in_flight)));
+    }
+    count_route(settle, "rmcp");
     let long_lived = message
         .get("method")
         .and_then(|m| m.as_str())
@@ -183,7 +213,7 @@ async fn check_frame(
     let stream_slot = if long_lived {
         match throttle.open_stream() {
             Some(slot) => Some(slot),
-            None => return too_many_streams(&throttle, &message),
+            None => return too_many_streams(throttle, &message),
         }
     } else {
         None
@@ -213,6 +243,12 @@ async fn check_frame(
     // The count ends when the body has been sent (or the client went away),
     // not when the handler returned: the answer may still be on its way.
     response.map(|body| Body::new(Holding::new(body, in_flight)))
+}
+
+/// Counts a well-formed MCP POST by the route that serves it.
+fn count_route(settle: &Settle, route: &'static str) {
+    let tenant = settle.dispatch().tenant();
+    tenant.context.metrics.mcp_request(tenant.name(), route);
 }
 
 /// Keeps the listen stream's place taken until its response body ends.

@@ -23,6 +23,7 @@ pub mod accept;
 pub mod admin;
 pub mod auth;
 pub mod convert;
+pub mod direct;
 pub mod dispatch;
 pub mod era;
 pub mod frame;

@@ -440,3 +440,109 @@ async fn a_legacy_session_delete_is_answered_no_content() {
     assert_ne!(response.status().as_u16(), 204);
     server.stop().await;
 }
+
+/// A stateless `tools/call` or `tasks/get` that rmcp would accept is served
+/// without rmcp's per-request service (`host/src/mcp/direct.rs`). Each
+/// request here is sent twice: as a client sends it, which takes that
+/// route, and with an `Accept` entry carrying a weight, which the direct
+/// route leaves to rmcp. Both answers must be the same, status included;
+/// `/metrics` shows which route each took.
+#[tokio::test]
+async fn the_direct_route_answers_as_rmcp_does() {
+    let (_sim, server) = setup(100, &["--inline-wait-ms", "0"]).await;
+    let unknown = "0123456789abcdef0123456789abcdef";
+    let call = |name: &str, arguments: Value, tasks: bool| json!({"name": name, "arguments": arguments, "_meta": meta(tasks)});
+    let created = request(
+        &server.url,
+        1,
+        "tools/call",
+        call(
+            "set_temperature",
+            json!({"device_id": "ac-living", "temperature": 22}),
+            true,
+        ),
+        Some("set_temperature"),
+    )
+    .await;
+    assert_eq!(created.1["result"]["resultType"], "task", "{created:?}");
+    let task_id = created.1["result"]["taskId"].as_str().unwrap().to_string();
+    let task = |tasks: bool, id: &str| json!({"taskId": id, "_meta": meta(tasks)});
+    eventually("the task ends", async || {
+        let (_, body) = request(
+            &server.url,
+            2,
+            "tasks/get",
+            task(true, &task_id),
+            Some(&task_id),
+        )
+        .await;
+        match body["result"]["status"].as_str() {
+            Some("completed") => Ok(()),
+            other => Err(format!("{other:?}: {body}")),
+        }
+    })
+    .await;
+
+    let cases = [
+        (
+            "tools/call",
+            call("no_such_tool", json!({}), true),
+            "no_such_tool".to_string(),
+        ),
+        (
+            "tools/call",
+            call("get_device_state", json!({}), true),
+            "get_device_state".to_string(),
+        ),
+        (
+            "tools/call",
+            call("get_device_state", json!({"device_id": "nowhere"}), false),
+            "get_device_state".to_string(),
+        ),
+        (
+            "tools/call",
+            call("list_devices", json!({}), false),
+            "list_devices".to_string(),
+        ),
+        ("tasks/get", task(true, unknown), unknown.to_string()),
+        ("tasks/get", task(true, &task_id), task_id.clone()),
+    ];
+    let http = reqwest::Client::new();
+    let before = routes(&http, &server.url).await;
+    for (i, (method, params, name)) in cases.iter().enumerate() {
+        let body =
+            json!({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).to_string();
+        let headers = [
+            ("mcp-protocol-version", MODERN),
+            ("mcp-method", method),
+            ("mcp-name", name.as_str()),
+        ];
+        let direct = post(&server.url, &body, &headers).await;
+        let weighted = [&headers[..], &[("accept", "text/event-stream;q=1")]].concat();
+        let through_rmcp = post(&server.url, &body, &weighted).await;
+        assert_eq!(direct, through_rmcp, "{method} {params}");
+    }
+    let after = routes(&http, &server.url).await;
+    let n = cases.len() as u64;
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (n, n),
+        "requests served (directly, through rmcp)"
+    );
+    server.stop().await;
+}
+
+/// MCP POSTs served so far: (directly, through rmcp).
+async fn routes(http: &reqwest::Client, url: &str) -> (u64, u64) {
+    let text = metrics_text(http, url).await;
+    let count = |route: &str| {
+        text.lines()
+            .filter(|line| {
+                line.starts_with("settle_mcp_requests_total")
+                    && line.contains(&format!("route=\"{route}\""))
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    (count("direct"), count("rmcp"))
+}
