@@ -143,6 +143,8 @@ impl Runtime {
             .map_err(|e| anyhow::anyhow!("linking wasi:config: {e}"))?;
         capabilities::runner::add_to_linker(&mut linker, HostState::runner)
             .map_err(|e| anyhow::anyhow!("linking settle:plugin/runner: {e}"))?;
+        capabilities::fetch::add_to_linker(&mut linker, HostState::fetch)
+            .map_err(|e| anyhow::anyhow!("linking settle:plugin/outbound: {e}"))?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let (ticking, stop) = (engine.clone(), ticker_stop.clone());

@@ -2,6 +2,7 @@
 //! built fresh for every call from the tenant's context.
 
 use crate::capabilities::config::ConfigView;
+use crate::capabilities::fetch::FetchView;
 use crate::capabilities::http::PolicyHooks;
 use crate::capabilities::kv::{KvCtx, KvView};
 use crate::capabilities::pool::ConnectionPool;
@@ -86,6 +87,11 @@ impl HostState {
         ConfigView {
             tenant: &self.tenant,
         }
+    }
+
+    /// The one-call HTTP view, for the linker.
+    pub fn fetch(&mut self) -> FetchView<'_> {
+        FetchView { hooks: &self.hooks }
     }
 
     /// The runner view, for the linker.

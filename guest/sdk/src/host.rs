@@ -3,15 +3,10 @@
 //! Everything else in the plugin is plain Rust over plain data, so it can be
 //! unit tested natively; this module turns WIT calls into those plain types.
 
+use crate::bindings::settle::plugin::outbound::{self, FetchError};
 use crate::bindings::settle::plugin::runner;
 use crate::bindings::wasi::clocks::{monotonic_clock, wall_clock};
 use crate::bindings::wasi::config::store as config;
-use crate::bindings::wasi::http::outgoing_handler;
-use crate::bindings::wasi::http::types::{
-    ErrorCode, Fields, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
-};
-use crate::bindings::wasi::io::poll::{Pollable, poll};
-use crate::bindings::wasi::io::streams::StreamError;
 use crate::bindings::wasi::keyvalue::{atomics, batch, store};
 use crate::bindings::wasi::random::random;
 
@@ -261,18 +256,14 @@ impl std::fmt::Display for HttpError {
 /// few hundred bytes, and the plugin's memory is bounded by the runner.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 
-/// The most read from a body at once.
-const READ_CHUNK: u64 = 64 * 1024;
-
-/// The largest write `blocking-write-and-flush` accepts in one call.
-const MAX_WRITE_CHUNK: usize = 4096;
-
-/// Sends one request through `wasi:http` and reads the whole response.
+/// Sends one request through the runner's `outbound.fetch` and reads the
+/// whole response: one host call, where `wasi:http` took some twenty and
+/// two hand-overs between the runner's threads.
 pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
     // Messages show the URL without its query: a query may carry a key
     // (`?apiKey=...`), and these messages reach callers and logs.
     let shown = request.url.split('?').next().unwrap_or_default();
-    let url = crate::url::Url::parse(request.url)
+    crate::url::Url::parse(request.url)
         .map_err(|e| HttpError::Failed(e.replace(request.url, shown)))?;
     let mut headers: Vec<(String, Vec<u8>)> =
         vec![("accept".to_string(), b"application/json".to_vec())];
@@ -285,126 +276,31 @@ pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
     if request.json_body.is_some() {
         headers.push(("content-type".to_string(), b"application/json".to_vec()));
     }
-    let fields = Fields::from_list(&headers)
-        .map_err(|e| HttpError::Failed(format!("building headers: {e:?}")))?;
-    let outgoing = OutgoingRequest::new(fields);
-    let method = match request.method {
-        "GET" => Method::Get,
-        "POST" => Method::Post,
-        "PUT" => Method::Put,
-        "DELETE" => Method::Delete,
-        other => Method::Other(other.to_string()),
-    };
-    let fail = |what: &str| HttpError::Failed(format!("{what} for {}", shown));
-    outgoing
-        .set_method(&method)
-        .map_err(|_| fail("bad method"))?;
-    let scheme = if url.https {
-        Scheme::Https
-    } else {
-        Scheme::Http
-    };
-    outgoing
-        .set_scheme(Some(&scheme))
-        .map_err(|_| fail("bad scheme"))?;
-    outgoing
-        .set_authority(Some(&url.authority))
-        .map_err(|_| fail("bad authority"))?;
-    outgoing
-        .set_path_with_query(Some(&url.path_and_query))
-        .map_err(|_| fail("bad path"))?;
-
-    let options = RequestOptions::new();
-    let timeout_ns = request.timeout_ms.saturating_mul(1_000_000);
-    // Past this instant the exchange is abandoned, however it is going.
-    let deadline = monotonic_clock::subscribe_duration(timeout_ns);
-    // Setting a timeout only fails when the runner does not support it; the
-    // request then runs with the runner's defaults.
-    let _ = options.set_connect_timeout(Some(timeout_ns));
-    let _ = options.set_first_byte_timeout(Some(timeout_ns));
-    let _ = options.set_between_bytes_timeout(Some(timeout_ns));
-
-    let body = outgoing.body().map_err(|_| fail("body taken twice"))?;
-    let pending =
-        outgoing_handler::handle(outgoing, Some(options)).map_err(|e| http_error(e, shown))?;
-    if let Some(bytes) = &request.json_body {
-        let stream = body.write().map_err(|_| fail("body stream"))?;
-        for chunk in bytes.chunks(MAX_WRITE_CHUNK) {
-            stream
-                .blocking_write_and_flush(chunk)
-                .map_err(|e| HttpError::Failed(format!("sending body to {}: {e:?}", shown)))?;
-        }
-    }
-    OutgoingBody::finish(body, None).map_err(|e| http_error(e, shown))?;
-
-    if !ready_before(&pending.subscribe(), &deadline) {
-        return Err(late(request, shown));
-    }
-    let response = match pending.get() {
-        Some(Ok(Ok(response))) => response,
-        Some(Ok(Err(code))) => return Err(http_error(code, shown)),
-        Some(Err(())) | None => return Err(fail("response lost")),
-    };
-    let status = response.status();
-    let incoming = response.consume().map_err(|_| fail("response body"))?;
-    let stream = incoming.stream().map_err(|_| fail("response body"))?;
-    let mut body = Vec::new();
-    loop {
-        match stream.read(READ_CHUNK) {
-            Ok(chunk) if chunk.is_empty() => {
-                if !ready_before(&stream.subscribe(), &deadline) {
-                    return Err(late(request, shown));
-                }
-            }
-            Ok(chunk) => {
-                body.extend_from_slice(&chunk);
-                if body.len() > request.max_body_bytes {
-                    return Err(HttpError::Failed(format!(
-                        "response from {} is larger than {} bytes",
-                        shown, request.max_body_bytes
-                    )));
-                }
-            }
-            Err(StreamError::Closed) => break,
-            Err(StreamError::LastOperationFailed(e)) => {
-                return Err(HttpError::Failed(format!(
-                    "reading response from {}: {}",
-                    shown,
-                    e.to_debug_string()
-                )));
-            }
-        }
-    }
-    Ok(HttpResponse { status, body })
-}
-
-/// Waits until `what` is ready or `deadline` passes; whether `what` was
-/// first.
-fn ready_before(what: &Pollable, deadline: &Pollable) -> bool {
-    let ready = poll(&[what, deadline]);
-    ready.contains(&0)
-}
-
-/// The error of an exchange past its deadline.
-fn late(request: &HttpRequest<'_>, shown: &str) -> HttpError {
-    HttpError::Timeout(format!(
-        "{shown} did not finish answering within {} ms",
-        request.timeout_ms
-    ))
-}
-
-fn http_error(code: ErrorCode, url: &str) -> HttpError {
-    match code {
-        ErrorCode::HttpRequestDenied => HttpError::Denied(format!(
-            "outbound request to {url} denied: its origin is not on this tenant's allow-list"
-        )),
-        ErrorCode::ConnectionTimeout
-        | ErrorCode::ConnectionReadTimeout
-        | ErrorCode::ConnectionWriteTimeout
-        | ErrorCode::HttpResponseTimeout => {
-            HttpError::Timeout(format!("{url} did not answer in time"))
-        }
-        ErrorCode::ConnectionRefused => HttpError::Failed(format!("{url}: connection refused")),
-        other => HttpError::Failed(format!("{url}: {other:?}")),
+    let answer = outbound::fetch(&outbound::HttpRequest {
+        method: request.method.to_string(),
+        url: request.url.to_string(),
+        headers,
+        body: request.json_body.clone(),
+        timeout_ms: request.timeout_ms,
+        max_body_bytes: request.max_body_bytes as u64,
+    });
+    match answer {
+        Ok(response) => Ok(HttpResponse {
+            status: response.status,
+            body: response.body,
+        }),
+        Err(FetchError::Denied) => Err(HttpError::Denied(format!(
+            "outbound request to {shown} denied: its origin is not on this tenant's allow-list"
+        ))),
+        Err(FetchError::Late) => Err(HttpError::Timeout(format!(
+            "{shown} did not finish answering within {} ms",
+            request.timeout_ms
+        ))),
+        Err(FetchError::TooLarge) => Err(HttpError::Failed(format!(
+            "response from {shown} is larger than {} bytes",
+            request.max_body_bytes
+        ))),
+        Err(FetchError::Refused) => Err(HttpError::Failed(format!("{shown}: connection refused"))),
+        Err(FetchError::Failed(why)) => Err(HttpError::Failed(format!("{shown}: {why}"))),
     }
 }

@@ -6,7 +6,7 @@
 //!   [`export!`] (on `wasm32` only).
 //! - [`host`]: the only module that calls the runner's imports, as plain
 //!   Rust (key-value with compare-and-swap, HTTP, clocks, config, wakes).
-//! - [`url`]: the little URL handling `wasi:http` needs.
+//! - [`url`]: the little URL checking an outbound request needs.
 
 pub mod host;
 pub mod url;

@@ -1,5 +1,6 @@
 //! Outgoing HTTP: wasmtime's `wasi:http`, with the tenant's allow-list
-//! checked at the one place every request passes, the `send_request` hook.
+//! checked at the one place every request passes, the `send_request` hook
+//! (and in [`super::fetch`], the one-call exchange, with the same check).
 //!
 //! A denied request is the WIT error `HTTP-request-denied`, never a trap, so
 //! the plugin can tell its caller what happened.
@@ -33,6 +34,22 @@ pub fn permits(policy: &OutboundPolicy, uri: &http::Uri) -> bool {
     policy.allows(uri)
 }
 
+/// Counts and logs a request the allow-list refused.
+pub fn refuse(tenant: &TenantContext, uri: &http::Uri) {
+    tenant.count_denied();
+    tracing::warn!(
+        tenant = %tenant.name,
+        // Without the query, which may carry a key.
+        url = %format!(
+            "{}://{}{}",
+            uri.scheme_str().unwrap_or("?"),
+            uri.authority().map(|a| a.as_str()).unwrap_or("?"),
+            uri.path()
+        ),
+        "outbound request denied: origin not on the tenant's allow-list"
+    );
+}
+
 type ResponseFuture = Box<
     dyn Future<
             Output = Result<
@@ -53,18 +70,7 @@ impl WasiHttpHooks for PolicyHooks {
         _fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
     ) -> ResponseFuture {
         if !permits(&self.tenant.policy, request.uri()) {
-            self.tenant.count_denied();
-            tracing::warn!(
-                tenant = %self.tenant.name,
-                // Without the query, which may carry a key.
-                url = %format!(
-                    "{}://{}{}",
-                    request.uri().scheme_str().unwrap_or("?"),
-                    request.uri().authority().map(|a| a.as_str()).unwrap_or("?"),
-                    request.uri().path()
-                ),
-                "outbound request denied: origin not on the tenant's allow-list"
-            );
+            refuse(&self.tenant, request.uri());
             return Box::new(async { Err(Error::HttpRequestDenied) });
         }
         let mut options = options.unwrap_or_default();
