@@ -292,13 +292,11 @@ pub fn send(request: &HttpRequest<'_>) -> Result<HttpResponse, HttpError> {
         Err(FetchError::Denied) => Err(HttpError::Denied(format!(
             "outbound request to {shown} denied: its origin is not on this tenant's allow-list"
         ))),
-        Err(FetchError::Late) => Err(HttpError::Timeout(format!(
-            "{shown} did not finish answering within {} ms",
-            request.timeout_ms
+        Err(FetchError::Late(ms)) => Err(HttpError::Timeout(format!(
+            "{shown} did not finish answering within {ms} ms"
         ))),
-        Err(FetchError::TooLarge) => Err(HttpError::Failed(format!(
-            "response from {shown} is larger than {} bytes",
-            request.max_body_bytes
+        Err(FetchError::TooLarge(limit)) => Err(HttpError::Failed(format!(
+            "response from {shown} is larger than {limit} bytes"
         ))),
         Err(FetchError::Refused) => Err(HttpError::Failed(format!("{shown}: connection refused"))),
         Err(FetchError::Failed(why)) => Err(HttpError::Failed(format!("{shown}: {why}"))),

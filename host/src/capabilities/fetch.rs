@@ -21,6 +21,13 @@ use wasmtime_wasi_http::{Error, RequestOptions};
 /// the runner's memory, outside the plugin's limit, until it is copied in.
 pub const MAX_FETCH_BODY: u64 = 4 << 20;
 
+/// A header a plugin may not set: one `wasi:http` forbids, or
+/// `content-length`, which the runner takes from the body.
+fn forbidden(name: &http::HeaderName) -> bool {
+    *name == http::header::CONTENT_LENGTH
+        || wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS.contains(name)
+}
+
 /// The view the generated `Host` trait is implemented for.
 pub struct FetchView<'a> {
     /// The tenant's allow-list, and the runner's connections.
@@ -57,6 +64,7 @@ async fn exchange(
 ) -> Result<wit::HttpResponse, wit::FetchError> {
     let deadline = Duration::from_millis(request.timeout_ms).min(MAX_OUTBOUND_WAIT);
     let limit = request.max_body_bytes.min(MAX_FETCH_BODY);
+    let deadline_ms = deadline.as_millis() as u64;
     let outgoing = build(request)?;
     if !super::http::permits(&hooks.tenant.policy, outgoing.uri()) {
         refuse(&hooks.tenant, outgoing.uri());
@@ -73,7 +81,7 @@ async fn exchange(
         let (response, io) = pool
             .send(&tenant, outgoing, options)
             .await
-            .map_err(failed)?;
+            .map_err(|e| failed(e, deadline_ms))?;
         // A pooled connection's I/O was driven by `send` itself and this is
         // already done; an `https` connection's is not, and runs on.
         let mut io = Box::into_pin(io);
@@ -88,10 +96,10 @@ async fn exchange(
         let mut body = response.into_body();
         let mut read = Vec::new();
         while let Some(frame) = body.frame().await {
-            if let Ok(data) = frame.map_err(failed)?.into_data() {
+            if let Ok(data) = frame.map_err(|e| failed(e, deadline_ms))?.into_data() {
                 read.extend_from_slice(&data);
                 if read.len() as u64 > limit {
-                    return Err(wit::FetchError::TooLarge);
+                    return Err(wit::FetchError::TooLarge(limit));
                 }
             }
         }
@@ -99,7 +107,7 @@ async fn exchange(
     };
     tokio::time::timeout(deadline, exchange)
         .await
-        .unwrap_or(Err(wit::FetchError::Late))
+        .unwrap_or(Err(wit::FetchError::Late(deadline_ms)))
 }
 
 /// The request as hyper takes it; what cannot be made is `failed`.
@@ -117,6 +125,19 @@ fn build(
     };
     let method = http::Method::from_bytes(request.method.as_bytes())
         .map_err(|_| bad("the method is not valid"))?;
+    // Origin-form needs a path: `http://h:1?x=1` asks for `/?x=1`.
+    let uri = match uri.path_and_query().map(|p| p.as_str()) {
+        Some(target) if !target.starts_with('/') => {
+            let mut parts = uri.clone().into_parts();
+            parts.path_and_query = Some(
+                format!("/{target}")
+                    .parse()
+                    .map_err(|_| bad("the URL is not valid"))?,
+            );
+            http::Uri::from_parts(parts).map_err(|_| bad("the URL is not valid"))?
+        }
+        _ => uri,
+    };
     let mut builder = http::Request::builder()
         .method(method)
         .uri(uri)
@@ -124,6 +145,12 @@ fn build(
     for (name, value) in &request.headers {
         let name = http::HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| bad(&format!("the header name {name:?} is not valid")))?;
+        // What `wasi:http` forbids a plugin to set, and the body's length:
+        // the runner sets these (`host` from the URL, which the allow-list
+        // checked).
+        if forbidden(&name) {
+            return Err(bad(&format!("the header {name} is set by the runner")));
+        }
         let value = http::HeaderValue::from_bytes(value)
             .map_err(|_| bad(&format!("the value of header {name} is not valid")))?;
         builder = builder.header(name, value);
@@ -137,8 +164,8 @@ fn build(
 }
 
 /// An exchange that failed on the way: a refused connection and a
-/// timeout by name, anything else described.
-fn failed(error: Error) -> wit::FetchError {
+/// timeout (of `deadline_ms`) by name, anything else described.
+fn failed(error: Error, deadline_ms: u64) -> wit::FetchError {
     match error {
         Error::ConnectionRefused => wit::FetchError::Refused,
         Error::Connect(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
@@ -147,7 +174,7 @@ fn failed(error: Error) -> wit::FetchError {
         Error::ConnectionTimeout
         | Error::ConnectionReadTimeout
         | Error::ConnectionWriteTimeout
-        | Error::HttpResponseTimeout => wit::FetchError::Late,
+        | Error::HttpResponseTimeout => wit::FetchError::Late(deadline_ms),
         other => wit::FetchError::Failed(other.to_string()),
     }
 }
@@ -216,6 +243,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((answer.status, answer.body), (200, b"ok".to_vec()));
+        let bare = exchange(&hooks, get_request(&format!("{origin}?q=1")))
+            .await
+            .unwrap();
+        assert_eq!(bare.status, 404, "a URL with no path asks for /");
         let missing = exchange(&hooks, get_request(&format!("{origin}/none")))
             .await
             .unwrap();
@@ -252,7 +283,7 @@ mod tests {
         request.max_body_bytes = 1_000;
         let answer = exchange(&hooks, request).await;
         assert!(
-            matches!(answer, Err(wit::FetchError::TooLarge)),
+            matches!(answer, Err(wit::FetchError::TooLarge(1_000))),
             "{answer:?}"
         );
         let mut request = get_request(&format!("{origin}/big"));
@@ -273,7 +304,10 @@ mod tests {
         request.timeout_ms = 100;
         let started = std::time::Instant::now();
         let answer = exchange(&hooks, request).await;
-        assert!(matches!(answer, Err(wit::FetchError::Late)), "{answer:?}");
+        assert!(
+            matches!(answer, Err(wit::FetchError::Late(100))),
+            "{answer:?}"
+        );
         assert!(started.elapsed() < Duration::from_secs(2));
     }
 
@@ -308,6 +342,19 @@ mod tests {
             ("/relative", "GET", "accept", "absolute http or https"),
             ("http://127.0.0.1:9/x", "GE T", "accept", "method"),
             ("http://127.0.0.1:9/x", "GET", "bad header", "header name"),
+            ("http://127.0.0.1:9/x", "GET", "host", "set by the runner"),
+            (
+                "http://127.0.0.1:9/x",
+                "GET",
+                "Transfer-Encoding",
+                "set by the runner",
+            ),
+            (
+                "http://127.0.0.1:9/x",
+                "GET",
+                "content-length",
+                "set by the runner",
+            ),
         ] {
             let mut request = get_request(url);
             request.method = method.into();

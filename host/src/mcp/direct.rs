@@ -18,6 +18,9 @@
 //! `Mcp-Param-*` header or a tool whose schema maps one, a `_meta` without
 //! the client's capabilities and identity, params rmcp could not parse, and
 //! `tasks/get` from a client or to a server without the tasks extension.
+//! One difference cannot be seen from the parsed message: a body with a
+//! key given twice, which the frame check's parser resolves to the last
+//! value and rmcp's typed parse may refuse.
 
 use super::dispatch::Dispatch;
 use super::era::Caller;
@@ -142,6 +145,10 @@ pub fn recognise(
         return None;
     }
     let object = message.as_object()?;
+    // A request with a result or an error too is not one rmcp parses.
+    if object.contains_key("result") || object.contains_key("error") {
+        return None;
+    }
     let method = object.get("method")?.as_str()?;
     let params = object.get("params")?;
     let meta = params.get("_meta")?.as_object()?;
@@ -211,7 +218,7 @@ pub async fn answer(settle: &Settle, request: Direct) -> Response {
     let (message, status) = match outcome {
         Ok(result) => (ServerJsonRpcMessage::response(result, id), StatusCode::OK),
         Err(error) => {
-            let status = status_of(error.code);
+            let (error, status) = as_rmcp_answers(error);
             (ServerJsonRpcMessage::error(error, Some(id)), status)
         }
     };
@@ -231,6 +238,17 @@ pub async fn answer(settle: &Settle, request: Direct) -> Response {
         )
             .into_response(),
     }
+}
+
+/// A handler's error as rmcp sends it to a 2026-07-28 client: a missing
+/// resource becomes invalid params (rmcp's `handle_request`), with the
+/// HTTP status of its code.
+fn as_rmcp_answers(mut error: ErrorData) -> (ErrorData, StatusCode) {
+    if error.code == ErrorCode::RESOURCE_NOT_FOUND {
+        error.code = ErrorCode::INVALID_PARAMS;
+    }
+    let status = status_of(error.code);
+    (error, status)
 }
 
 /// The HTTP status of a 2026-07-28 error answer, as rmcp maps it for a
@@ -510,7 +528,7 @@ mod tests {
         let headers = headers_for(&tool_call());
         /// What is wrong, and how to make a good request so.
         type Change = (&'static str, fn(&mut Value));
-        let changes: [Change; 9] = [
+        let changes: [Change; 10] = [
             ("a progress token", |m| {
                 m["params"]["_meta"]["progressToken"] = json!(1)
             }),
@@ -537,6 +555,7 @@ mod tests {
             ("no id", |m| {
                 m.as_object_mut().unwrap().remove("id");
             }),
+            ("a result beside the method", |m| m["result"] = json!({})),
             ("a name that is not text", |m| {
                 m["params"]["name"] = json!(3)
             }),
@@ -588,6 +607,18 @@ mod tests {
         );
         assert_eq!(status_of(ErrorCode::INVALID_PARAMS), StatusCode::OK);
         assert_eq!(status_of(ErrorCode::INTERNAL_ERROR), StatusCode::OK);
+        let (error, status) = as_rmcp_answers(ErrorData::resource_not_found("gone", None));
+        assert_eq!(
+            (error.code, status),
+            (ErrorCode::INVALID_PARAMS, StatusCode::OK)
+        );
+        let (error, status) = as_rmcp_answers(ErrorData::method_not_found::<
+            rmcp::model::CallToolRequestMethod,
+        >());
+        assert_eq!(
+            (error.code, status),
+            (ErrorCode::METHOD_NOT_FOUND, StatusCode::NOT_FOUND)
+        );
     }
 
     #[tokio::test]

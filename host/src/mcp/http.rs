@@ -72,9 +72,10 @@ pub fn router(
         // One JSON body when the answer is a single message (most are); SSE
         // only when notifications come first.
         .with_json_response(true)
-        .with_cancellation_token(streams);
+        .with_cancellation_token(streams.clone());
     let served = Arc::new(Served {
         responses,
+        streams,
         throttle: throttle.clone(),
         settle: settle.clone(),
         hosts: Hosts::new(&access.allowed_hosts),
@@ -150,6 +151,8 @@ const LONG_LIVED: [&str; 1] = ["subscriptions/listen"];
 struct Served {
     /// Answers still being sent.
     responses: Drain,
+    /// Cancelled when shutdown stops waiting for answers.
+    streams: CancellationToken,
     /// The tenant's rate and stream limits.
     throttle: Arc<Throttle>,
     /// The server, for requests served without rmcp.
@@ -165,6 +168,7 @@ struct Served {
 async fn check_frame(served: Arc<Served>, request: Request, next: Next) -> Response {
     let Served {
         responses,
+        streams,
         throttle,
         settle,
         hosts,
@@ -202,7 +206,16 @@ async fn check_frame(served: Arc<Served>, request: Request, next: Next) -> Respo
     if let Some(request) = direct::recognise(hosts, settle.dispatch(), &parts, &message) {
         count_route(settle, "direct");
         let in_flight = responses.enter();
-        let response = direct::answer(settle, request).await;
+        // As rmcp does for its own requests: once shutdown stops waiting,
+        // an unanswered request gets a 500 (a tools/call still finishes).
+        let response = tokio::select! {
+            response = direct::answer(settle, request) => response,
+            () = streams.cancelled() => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Encounter an error when empty response: the server is shutting down",
+            )
+                .into_response(),
+        };
         return response.map(|body| Body::new(Holding::new(body, in_flight)));
     }
     count_route(settle, "rmcp");
