@@ -30,7 +30,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientCapabilities, ErrorCode, ErrorData,
-    GetTaskParams, RequestId, RequestMetaObject, ServerJsonRpcMessage, ServerResult,
+    GetTaskParams, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -169,25 +169,29 @@ pub fn recognise(
         return None;
     }
     let id = RequestId::deserialize(object.get("id")?).ok()?;
-    let caller = Caller::stateless(&RequestMetaObject::deserialize(params.get("_meta")?).ok()?)?;
-    let call = match method {
+    // The params are read once; their `_meta` becomes the caller.
+    let (call, meta) = match method {
         "tools/call" => {
             if offer.maps_param_headers(name) {
                 return None;
             }
             let mut params = CallToolRequestParams::deserialize(params).ok()?;
-            params.meta = None;
-            Call::Tool(params)
+            let meta = params.meta.take()?;
+            (Call::Tool(params), meta)
         }
         _ => {
-            if !offer.serves_tasks() || !caller.declares_tasks() {
+            if !offer.serves_tasks() {
                 return None;
             }
             let mut params = GetTaskParams::deserialize(params).ok()?;
-            params.meta = None;
-            Call::Task(params)
+            let meta = params.meta.take()?;
+            (Call::Task(params), meta)
         }
     };
+    let caller = Caller::stateless(&meta)?;
+    if matches!(call, Call::Task(_)) && !caller.declares_tasks() {
+        return None;
+    }
     Some(Direct { id, caller, call })
 }
 
@@ -455,7 +459,7 @@ mod tests {
         assert_eq!(direct.caller.client.protocol_version, "2026-07-28");
         assert_eq!(direct.caller.client.client_name.as_deref(), Some("agent"));
         assert!(direct.caller.declares_tasks());
-        assert!(direct.caller.is_modern());
+        assert!(direct.caller.legacy_peer.is_none(), "a 2026-07-28 caller");
     }
 
     #[test]

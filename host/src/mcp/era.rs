@@ -142,11 +142,6 @@ impl Caller {
         })
     }
 
-    /// Served under 2026-07-28 (rather than in a legacy session).
-    pub fn is_modern(&self) -> bool {
-        self.legacy_peer.is_none()
-    }
-
     /// The client may receive tasks.
     pub fn declares_tasks(&self) -> bool {
         self.client.tasks
