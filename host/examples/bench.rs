@@ -802,7 +802,16 @@ async fn profile(
 ) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("profile.redb");
-    let (url, _stop) = serve(config(&sim.base_url(), store.to_str().unwrap(), "0")?).await?;
+    // `BENCH_SETTLE=process`: settle as its own process, for a profiler
+    // attached to it (its pid is printed).
+    let (url, _stop, _process) = if std::env::var("BENCH_SETTLE").is_ok_and(|v| v == "process") {
+        let settle = spawn_settle(&sim.base_url(), dir.path(), &["--inline-wait-ms", "0"]).await?;
+        println!("settle runs as pid {}", settle.pid());
+        (settle.url.clone(), None, Some(settle))
+    } else {
+        let (url, stop) = serve(config(&sim.base_url(), store.to_str().unwrap(), "0")?).await?;
+        (url, Some(stop), None)
+    };
     // `BENCH_ROUTE=rmcp`: profile the route through rmcp's service.
     let route = match std::env::var("BENCH_ROUTE").as_deref() {
         Ok("rmcp") => Route::Rmcp,

@@ -55,6 +55,7 @@ pub mod relay;
 pub mod runtime;
 pub mod scheduler;
 pub mod secret;
+pub mod self_wake;
 pub mod state;
 pub mod store;
 pub mod swap;

@@ -230,7 +230,13 @@ impl Runtime {
             if std::time::Instant::now() >= deadline {
                 Ok(wasmtime::UpdateDeadline::Interrupt)
             } else {
-                Ok(wasmtime::UpdateDeadline::Yield(1))
+                // tokio's yield, not wasmtime's plain self-wake: it lets the
+                // runtime read sockets before the plugin runs again, and a
+                // connection's task does not absorb it (`self_wake`).
+                Ok(wasmtime::UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(tokio::task::yield_now()),
+                ))
             }
         });
         let instance = plugin

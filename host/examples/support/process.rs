@@ -20,6 +20,14 @@ pub struct SettleProcess {
     _child: Child,
 }
 
+impl SettleProcess {
+    /// The process id, for a profiler to attach to.
+    #[allow(dead_code, reason = "only bench's --profile prints it")]
+    pub fn pid(&self) -> u32 {
+        self._child.id().unwrap_or(0)
+    }
+}
+
 /// Starts `target/release/settle serve` on an ephemeral port against
 /// `api`, its store in `store_dir`, with `extra` arguments, and waits until
 /// it serves (at most 60 s).

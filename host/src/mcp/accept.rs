@@ -18,6 +18,7 @@
 
 use super::limits::HttpLimits;
 use crate::metrics::Metrics;
+use crate::self_wake::AbsorbSelfWakes;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -73,7 +74,10 @@ pub async fn serve(
         let connection =
             http.serve_connection(TokioIo::new(tcp), TowerToHyperService::new(app.clone()));
         let (metrics, stopping) = (metrics.clone(), stopping.clone());
-        tokio::spawn(async move {
+        // The connection, the calls it serves and their device reads run
+        // in this one task, and hand work to each other by waking it: those
+        // wakes poll again here instead of waking another worker thread.
+        tokio::spawn(AbsorbSelfWakes::new(Box::pin(async move {
             let mut connection = std::pin::pin!(connection);
             let mut shutting_down = false;
             let ended = loop {
@@ -92,7 +96,7 @@ pub async fn serve(
             }
             metrics.connection(false);
             drop(slot);
-        });
+        })));
     }
     // Every slot back means every connection has closed.
     let _ = slots.acquire_many(max as u32).await;

@@ -93,6 +93,65 @@ async fn a_forbidden_host_is_denied_and_works_once_allowed() {
     t.server.stop().await;
 }
 
+// One thread for everything (settle, the simulator, both clients): a
+// plugin that spins must hand the thread back at every epoch tick (10 ms),
+// with a chance for the runtime to read sockets, though it runs on a
+// connection's task, where wakes of the task itself are absorbed
+// (`self_wake`). With wasmtime's default yield (a plain self-wake) the
+// neighbour got one or two calls through in the whole spin; with tokio's
+// yield, about 40.
+#[tokio::test(flavor = "current_thread")]
+async fn a_spinning_plugin_hands_its_thread_back_at_every_tick() {
+    let _alone = cpu_heavy().await;
+    let sim = sim(Duration::from_millis(100)).await;
+    let dir = Dir::new();
+    let config = dir.write(
+        false,
+        &[
+            tenant("alice", &plugin_path(), &sim.base_url(), ""),
+            tenant(
+                "mallory",
+                &hostile_plugin_path(),
+                "http://127.0.0.1:9",
+                "call_timeout_ms = 2000",
+            ),
+        ],
+    );
+    let t = Tenants::start(&config).await;
+    let alice = Arc::new(t.client("alice").await);
+    let mallory = t.client("mallory").await;
+    let (stop, ok, failed) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let load = neighbour_load(alice.clone(), stop.clone(), ok.clone(), failed.clone());
+    // The neighbour is being served before the spin starts.
+    eventually("the neighbour's first call", async || {
+        match ok.load(Ordering::Relaxed) {
+            0 => Err("no call answered yet".to_string()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    let before = ok.load(Ordering::Relaxed);
+    let err = mallory
+        .call_tool_once(CallToolRequestParams::new("spin").with_arguments(args(json!({}))))
+        .await
+        .expect_err("the spin is stopped");
+    let during = ok.load(Ordering::Relaxed) - before;
+    stop.store(true, Ordering::Relaxed);
+    load.await.unwrap();
+    assert!(err.to_string().contains("deadline"), "{err}");
+    println!("neighbour calls answered during a 2 s spin on the same thread: {during}");
+    assert!(
+        during >= 8,
+        "the spinning plugin kept the thread: {during} neighbour calls in 2 s"
+    );
+    assert_eq!(failed.load(Ordering::Relaxed), 0);
+    t.server.stop().await;
+}
+
 // Two worker threads, as `settle serve` has on a 2-core machine: a plugin
 // that spins holds one of them for an epoch tick at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
