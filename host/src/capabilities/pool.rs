@@ -21,7 +21,6 @@
 //! Only `http` is pooled; `https` still goes through wasmtime's own path
 //! (a connection per request), unchanged.
 
-use crate::self_wake::AbsorbSelfWakes;
 use bytes::Bytes;
 use futures::FutureExt;
 use http::uri::Scheme;
@@ -256,11 +255,12 @@ impl ConnectionPool {
 /// written comes back unsent, one awaiting its answer fails, and a body
 /// still arriving ends (with an error if it was cut short). `f` carries its
 /// own timeout, so it ends either way. The two hand the request and the
-/// answer to each other through channels that wake this very task; those
-/// wakes poll again at once rather than reschedule it ([`AbsorbSelfWakes`]).
+/// answer to each other through channels that wake this very task; on a
+/// connection's task those wakes poll again at once
+/// ([`crate::self_wake`]).
 async fn drive<F: Future>(io: &mut Option<Io>, f: F) -> F::Output {
     let mut f = std::pin::pin!(f);
-    AbsorbSelfWakes::new(std::future::poll_fn(|cx| {
+    std::future::poll_fn(|cx| {
         if let Some(connection) = io.as_mut()
             && let Poll::Ready(ended) = Pin::new(connection).poll(cx)
         {
@@ -270,7 +270,7 @@ async fn drive<F: Future>(io: &mut Option<Io>, f: F) -> F::Output {
             *io = None;
         }
         f.as_mut().poll(cx)
-    }))
+    })
     .await
 }
 

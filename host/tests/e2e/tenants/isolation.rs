@@ -103,21 +103,7 @@ async fn a_forbidden_host_is_denied_and_works_once_allowed() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_spinning_plugin_hands_its_thread_back_at_every_tick() {
     let _alone = cpu_heavy().await;
-    let sim = sim(Duration::from_millis(100)).await;
-    let dir = Dir::new();
-    let config = dir.write(
-        false,
-        &[
-            tenant("alice", &plugin_path(), &sim.base_url(), ""),
-            tenant(
-                "mallory",
-                &hostile_plugin_path(),
-                "http://127.0.0.1:9",
-                "call_timeout_ms = 2000",
-            ),
-        ],
-    );
-    let t = Tenants::start(&config).await;
+    let (_sim, _dir, t) = alice_and_mallory("call_timeout_ms = 2000").await;
     let alice = Arc::new(t.client("alice").await);
     let mallory = t.client("mallory").await;
     let (stop, ok, failed) = (
@@ -157,21 +143,7 @@ async fn a_spinning_plugin_hands_its_thread_back_at_every_tick() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_plugin_is_contained_and_its_neighbour_keeps_being_served() {
     let _alone = cpu_heavy().await;
-    let sim = sim(Duration::from_millis(100)).await;
-    let dir = Dir::new();
-    let config = dir.write(
-        false,
-        &[
-            tenant("alice", &plugin_path(), &sim.base_url(), ""),
-            tenant(
-                "mallory",
-                &hostile_plugin_path(),
-                "http://127.0.0.1:9",
-                "memory_mib = 16\ncall_timeout_ms = 1000",
-            ),
-        ],
-    );
-    let t = Tenants::start(&config).await;
+    let (_sim, _dir, t) = alice_and_mallory("memory_mib = 16\ncall_timeout_ms = 1000").await;
     let alice = Arc::new(t.client("alice").await);
     let mallory = t.client("mallory").await;
 

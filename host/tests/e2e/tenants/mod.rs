@@ -174,6 +174,27 @@ async fn alice_and_bob(delay_ms: u64) -> (device_sim::RunningSim, Dir, Tenants) 
     (sim, dir, tenants)
 }
 
+/// Alice on the device plugin (devices that take 100 ms) and Mallory on the
+/// hostile one, with `mallory_limits` as Mallory's extra settings.
+async fn alice_and_mallory(mallory_limits: &str) -> (device_sim::RunningSim, Dir, Tenants) {
+    let sim = sim(Duration::from_millis(100)).await;
+    let dir = Dir::new();
+    let config = dir.write(
+        false,
+        &[
+            tenant("alice", &plugin_path(), &sim.base_url(), ""),
+            tenant(
+                "mallory",
+                &hostile_plugin_path(),
+                "http://127.0.0.1:9",
+                mallory_limits,
+            ),
+        ],
+    );
+    let tenants = Tenants::start(&config).await;
+    (sim, dir, tenants)
+}
+
 /// Alice on a private copy of the device plugin, so a test can swap it.
 struct Swappable {
     /// Kept for the test's lifetime: the device API and the tenants file.
