@@ -9,6 +9,7 @@
 //! - [`tools`]: the MCP tools, one module each.
 //! - [`resources`]: each device's state as a subscribable resource.
 //! - [`gate`]: the safety gate (pure).
+//! - [`json`]: JSON text, written fast.
 //! - [`model`]: the device's fields and value comparison (pure).
 //! - [`question`]: questions to a person and their answers (pure).
 //! - [`driver`]: device APIs mapped onto the model.
@@ -33,6 +34,7 @@ pub mod audit;
 pub mod device;
 pub mod driver;
 pub mod gate;
+pub mod json;
 pub mod model;
 pub mod platform;
 pub mod question;
@@ -128,10 +130,10 @@ reported instead.";
         let platform = WasiPlatform::open().map_err(CallError::Internal)?;
         let ctx = Context::load(&platform).map_err(CallError::Internal)?;
         match tools::call(&ctx, &request.name, &arguments, &caller) {
-            Ok(Output::Result(result)) => Ok(CallOutcome::Complete(result.to_string())),
+            Ok(Output::Result(result)) => Ok(CallOutcome::Complete(json::text(&result))),
             Ok(Output::Task(record)) => Ok(CallOutcome::Task(task_view(&record))),
             Ok(Output::Questions(questions)) => {
-                Ok(CallOutcome::InputRequired(questions.to_string()))
+                Ok(CallOutcome::InputRequired(json::text(&questions)))
             }
             Err(Failure::Tool(message)) => Ok(CallOutcome::Complete(
                 json!({"content": [{"type": "text", "text": message}], "isError": true})
@@ -149,7 +151,7 @@ reported instead.";
         let platform = WasiPlatform::open().map_err(CallError::Internal)?;
         let ctx = Context::load(&platform).map_err(CallError::Internal)?;
         resources::serve(&ctx, &request.method, &params)
-            .map(|result| RequestOutcome::Complete(result.to_string()))
+            .map(|result| RequestOutcome::Complete(json::text(&result)))
             .map_err(|e| match e {
                 resources::ResourceError::NotFound(m) => CallError::NotFound(m),
                 resources::ResourceError::Unavailable(m) => CallError::Internal(m),

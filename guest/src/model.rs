@@ -53,13 +53,46 @@ impl fmt::Display for Field {
     }
 }
 
-/// A field's value in the model's canonical spelling.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A field's value in the model's canonical spelling. Stored as a bare JSON
+/// number or string.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Value {
     Number(f64),
     /// An enumerated value, always lower case in the model.
     Choice(String),
+}
+
+/// What `#[serde(untagged)]` would accept, without its cost: an untagged
+/// enum tries `Number` first and builds an error message for every string
+/// it then reads as a `Choice`, and every reading the plugin remembers
+/// holds several.
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Value, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Value;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number or a string")
+            }
+            fn visit_f64<E>(self, n: f64) -> Result<Value, E> {
+                Ok(Value::Number(n))
+            }
+            fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+                Ok(Value::Number(n as f64))
+            }
+            fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+                Ok(Value::Number(n as f64))
+            }
+            fn visit_str<E>(self, text: &str) -> Result<Value, E> {
+                Ok(Value::Choice(text.to_string()))
+            }
+            fn visit_string<E>(self, text: String) -> Result<Value, E> {
+                Ok(Value::Choice(text))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl Value {
@@ -207,6 +240,47 @@ fn common_step(a: f64, b: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_read_back_what_they_write_and_refuse_other_json() {
+        for value in [
+            Value::Number(21.5),
+            Value::Number(-3.0),
+            Value::Choice("cool".into()),
+        ] {
+            let text = serde_json::to_string(&value).unwrap();
+            assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), value);
+        }
+        // Integers, as a device or an older record may write them.
+        assert_eq!(
+            serde_json::from_str::<Value>("24").unwrap(),
+            Value::Number(24.0)
+        );
+        assert_eq!(
+            serde_json::from_str::<Value>("-2").unwrap(),
+            Value::Number(-2.0)
+        );
+        // Inside a map, as readings store them, and through serde's
+        // buffered path (a flattened struct).
+        let map: std::collections::BTreeMap<Field, Value> =
+            serde_json::from_str(r#"{"power":"on","target_temperature":23}"#).unwrap();
+        assert_eq!(map[&Field::TargetTemperature], Value::Number(23.0));
+        #[derive(Deserialize)]
+        struct Outer {
+            #[serde(flatten)]
+            inner: Inner,
+        }
+        #[derive(Deserialize)]
+        struct Inner {
+            value: Value,
+        }
+        let outer: Outer = serde_json::from_str(r#"{"value":"heat"}"#).unwrap();
+        assert_eq!(outer.inner.value, Value::Choice("heat".into()));
+        for bad in ["true", "null", "[1]", r#"{"a":1}"#] {
+            let error = serde_json::from_str::<Value>(bad).unwrap_err().to_string();
+            assert!(error.contains("a number or a string"), "{bad}: {error}");
+        }
+    }
 
     #[test]
     fn choices_compare_case_insensitively() {

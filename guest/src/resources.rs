@@ -80,7 +80,7 @@ pub fn serve(ctx: &Context<'_>, method: &str, params: &Json) -> Result<Json, Res
                 "contents": [{
                     "uri": requested,
                     "mimeType": "application/json",
-                    "text": state_json(device_id, &reading).to_string(),
+                    "text": crate::json::text(&state_json(device_id, &reading)),
                 }],
             }))
         }
@@ -107,7 +107,7 @@ fn read_audit(ctx: &Context<'_>, uri: &str, query: &str) -> Result<Json, Resourc
         "contents": [{
             "uri": uri,
             "mimeType": "application/json",
-            "text": json!({ "records": records }).to_string(),
+            "text": crate::json::text(&json!({ "records": records })),
         }],
     }))
 }

@@ -60,6 +60,14 @@ struct LastReading {
     at_ms: u64,
 }
 
+/// What decides whether a fresh reading is written over a [`LastReading`].
+#[derive(Deserialize)]
+struct Remembered {
+    state: String,
+    #[serde(default)]
+    at_ms: u64,
+}
+
 /// A remembered reading is refreshed in the store once it is this old, even
 /// if nothing changed, so it can stand in for a fresh read.
 const REFRESH_AFTER_MS: u64 = 500;
@@ -193,13 +201,16 @@ impl<'p> Store<'p> {
                 return Ok(CasUpdate::Keep(None));
             };
             let mut record = decode(&key, bytes)?;
-            let before = record.to_detailed_json();
+            // Most updates are reads that change nothing (`tasks/get`), so
+            // the record as it was is kept, and rendered only when it
+            // changed: a clone costs far less than a rendering.
+            let before = record.clone();
             let was_terminal = record.is_terminal();
             if change(&mut record) {
                 // Kept for the listeners when it differs: rendering it is a
                 // good part of what a task's change costs.
                 let detailed = record.to_detailed_json();
-                let visible = (detailed != before).then_some(detailed);
+                let visible = (detailed != before.to_detailed_json()).then_some(detailed);
                 ended = !was_terminal && record.is_terminal();
                 Ok(CasUpdate::Write(
                     encode(&record),
@@ -323,17 +334,18 @@ impl<'p> Store<'p> {
             online: reading.online,
             at_ms: now_ms,
         };
-        let bytes = serde_json::to_vec(&fresh).expect("readings serialize");
         cas_update(self.platform.kv(), &readable_key(device_id), |current| {
             // Reads are frequent and the state rarely changes: write when it
-            // did, or when the remembered reading grows stale.
-            let old = current.and_then(|c| serde_json::from_slice::<LastReading>(c).ok());
+            // did, or when the remembered reading grows stale. Deciding
+            // needs only two of the remembered fields.
+            let old = current.and_then(|c| serde_json::from_slice::<Remembered>(c).ok());
             let changed = old.as_ref().is_none_or(|o| o.state != fresh.state);
             let stale = old
                 .as_ref()
                 .is_none_or(|o| now_ms.saturating_sub(o.at_ms) >= REFRESH_AFTER_MS);
             Ok(if changed || stale {
-                CasUpdate::Write(bytes.clone(), changed)
+                let bytes = serde_json::to_vec(&fresh).expect("readings serialize");
+                CasUpdate::Write(bytes, changed)
             } else {
                 CasUpdate::Keep(false)
             })

@@ -669,26 +669,7 @@ async fn tasks_at_scale() -> anyhow::Result<()> {
         "", "req/s", "p50 µs", "p99 µs", "n"
     );
     for concurrency in [1, 8] {
-        let (ids, url) = (ids.clone(), url.clone());
-        let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let l = load(concurrency, Duration::from_secs(3), move |client, _| {
-            let n = counter.fetch_add(7919, std::sync::atomic::Ordering::Relaxed) % ids.len();
-            let id = ids[n].clone();
-            let request = client
-                .post(&url)
-                .header("accept", "application/json, text/event-stream")
-                .header("content-type", "application/json")
-                .header("mcp-protocol-version", "2026-07-28")
-                .header("mcp-method", "tasks/get")
-                .header("mcp-name", id.clone())
-                .body(json!({"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":id,"_meta":tasks_meta()}}).to_string());
-            Box::pin(async move {
-                let reply = message(request.send().await?).await?;
-                anyhow::ensure!(reply["result"]["taskId"].is_string(), "tasks/get failed: {reply}");
-                Ok(())
-            })
-        })
-        .await?;
+        let l = tasks_get_load(&url, &ids, concurrency, Duration::from_secs(3)).await?;
         println!(
             "  {:<40} {:>10.0} {:>10.0} {:>10.0} {:>8}",
             format!("tasks/get, concurrency {concurrency}"),
@@ -712,6 +693,65 @@ async fn tasks_at_scale() -> anyhow::Result<()> {
         more.len() as f64 / started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `tasks/get` of the tasks `ids`, spread over them, `concurrency` workers
+/// for `duration`.
+async fn tasks_get_load(
+    url: &str,
+    ids: &Arc<Vec<String>>,
+    concurrency: usize,
+    duration: Duration,
+) -> anyhow::Result<Load> {
+    let (ids, url) = (ids.clone(), url.to_string());
+    let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    load(concurrency, duration, move |client, _| {
+        let n = counter.fetch_add(7919, std::sync::atomic::Ordering::Relaxed) % ids.len();
+        let id = ids[n].clone();
+        let request = client
+            .post(&url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tasks/get")
+            .header("mcp-name", id.clone())
+            .body(json!({"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":id,"_meta":tasks_meta()}}).to_string());
+        Box::pin(async move {
+            let reply = message(request.send().await?).await?;
+            anyhow::ensure!(reply["result"]["taskId"].is_string(), "tasks/get failed: {reply}");
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// Waits until the task `id` has ended (10 s at most).
+async fn tasks_end(url: &str, id: &str) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply = message(
+            client
+                .post(url)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", "tasks/get")
+                .header("mcp-name", id)
+                .body(json!({"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":id,"_meta":tasks_meta()}}).to_string())
+                .send()
+                .await?,
+        )
+        .await?;
+        if reply["result"]["status"] != "working" {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "task {id} still working: {reply}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// From a task's change (its `lastUpdatedAt`, stamped by the plugin) to a
@@ -817,12 +857,30 @@ async fn profile(
         Ok("rmcp") => Route::Rmcp,
         _ => Route::Direct,
     };
-    device_state_load(&url, concurrency, Duration::from_secs(1), route).await?;
+    // `BENCH_CALL=tasks/get`: profile `tasks/get` of 1,000 ended tasks.
+    let tasks = if std::env::var("BENCH_CALL").is_ok_and(|c| c == "tasks/get") {
+        let ids = Arc::new(create_tasks(&url, 1_000, 8, 24.0).await?);
+        // Their devices act within 100 ms; wait until the last one ended.
+        tasks_end(&url, ids.last().context("a task")?).await?;
+        Some(ids)
+    } else {
+        device_state_load(&url, concurrency, Duration::from_secs(1), route).await?;
+        None
+    };
+    let call = if tasks.is_some() {
+        "tasks/get"
+    } else {
+        "get_device_state"
+    };
     println!(
-        "profiling: get_device_state at concurrency {concurrency} for {seconds} s (pid {})",
+        "profiling: {call} at concurrency {concurrency} for {seconds} s (pid {})",
         std::process::id()
     );
-    let l = device_state_load(&url, concurrency, Duration::from_secs(seconds), route).await?;
+    let duration = Duration::from_secs(seconds);
+    let l = match &tasks {
+        Some(ids) => tasks_get_load(&url, ids, concurrency, duration).await?,
+        None => device_state_load(&url, concurrency, duration, route).await?,
+    };
     println!(
         "  {:.0} req/s, p50 {:.0} µs, p99 {:.0} µs, n {}",
         l.rps,
@@ -838,7 +896,12 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(plugin().exists(), "build the plugin first: make guest");
     println!("settle benchmark, {}", std::env::consts::ARCH);
     let sim = device_sim::spawn(SimConfig {
-        devices: device_sim::DeviceSpec::numbered(8),
+        // Profiling `tasks/get` creates a task on each of 1,000 devices.
+        devices: device_sim::DeviceSpec::numbered(if profile_seconds().is_some() {
+            1_000
+        } else {
+            8
+        }),
         delay: Duration::from_millis(100),
         ..SimConfig::default()
     })

@@ -226,7 +226,7 @@ impl HomeAssistant {
             method,
             url: &url,
             bearer: self.token.as_deref(),
-            json_body: body.map(|b| b.to_string().into_bytes()),
+            json_body: body.map(|b| crate::json::text(&b).into_bytes()),
             timeout_ms: self.timeout_ms,
             max_body_bytes: self.max_body_bytes,
         })

@@ -107,6 +107,13 @@ pub fn exchange(request: &HttpRequest<'_>) -> Result<Json, DriverError> {
 /// `error` message where it gave one.
 pub fn classify_response(status: u16, body: &[u8]) -> Result<Json, DriverError> {
     let parsed: Option<Json> = serde_json::from_slice(body).ok();
+    if (200..=299).contains(&status) {
+        return parsed.ok_or_else(|| {
+            DriverError::BadResponse(format!("status {status} with a body that is not JSON"))
+        });
+    }
+    // Only a failure needs its message: every read is an answer to parse,
+    // so a success builds nothing else.
     let message = parsed
         .as_ref()
         // The simulator says `error`, Home Assistant `message`.
@@ -115,9 +122,6 @@ pub fn classify_response(status: u16, body: &[u8]) -> Result<Json, DriverError> 
         .map(str::to_string)
         .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(200).collect());
     match status {
-        200..=299 => parsed.ok_or_else(|| {
-            DriverError::BadResponse(format!("status {status} with a body that is not JSON"))
-        }),
         401 | 403 => Err(DriverError::Unauthorized(format!("{status} {message}"))),
         404 => Err(DriverError::UnknownDevice(message)),
         400..=499 => Err(DriverError::Rejected(format!("{status} {message}"))),

@@ -136,11 +136,11 @@ fn rendered_view(record: &TaskRecord, detailed: &serde_json::Value) -> TaskView 
             Status::Failed => TaskStatus::Failed,
             Status::Cancelled => TaskStatus::Cancelled,
         },
-        detailed: detailed.to_string(),
+        detailed: crate::json::text(detailed),
         // A completed task's detailed rendering carries this very result.
         tool_result: match detailed.get("result") {
-            Some(result) if record.status == Status::Completed => result.to_string(),
-            _ => tool_result(&record.to_tool_json(), false).to_string(),
+            Some(result) if record.status == Status::Completed => crate::json::text(result),
+            _ => crate::json::text(&tool_result(&record.to_tool_json(), false)),
         },
     }
 }

@@ -122,7 +122,7 @@ impl TaskRecord {
 /// for clients that only read text, as its JSON text.
 pub fn tool_result(structured: &Json, is_error: bool) -> Json {
     json!({
-        "content": [{"type": "text", "text": structured.to_string()}],
+        "content": [{"type": "text", "text": crate::json::text(structured)}],
         "structuredContent": structured,
         "isError": is_error,
     })
