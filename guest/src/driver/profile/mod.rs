@@ -18,7 +18,6 @@ pub use http::ProfileDriver;
 
 use super::{DeviceInfo, DriverError, Reading};
 use crate::model::{Allowed, Comparison, Field, FieldSpec, Value};
-use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_json::{Map, Value as Json};
 use std::collections::BTreeMap;
@@ -106,6 +105,70 @@ pub struct Spelling {
     pub read: Vec<Json>,
 }
 
+/// A field's model values and their spellings, in the order the profile
+/// gives them. A handful per field: a list searched in order costs less
+/// than a hash map to build, and the profile is read on every call.
+#[derive(Clone, Debug, Default)]
+pub struct Spellings(Vec<(String, Spelling)>);
+
+impl Spellings {
+    /// The spelling of one model value.
+    pub fn get(&self, model: &str) -> Option<&Spelling> {
+        self.iter().find(|(m, _)| *m == model).map(|(_, s)| s)
+    }
+
+    /// Model values and spellings, in the profile's order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Spelling)> {
+        self.0.iter().map(|(m, s)| (m.as_str(), s))
+    }
+
+    /// The model values, in the profile's order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.iter().map(|(m, _)| m)
+    }
+
+    /// The spellings, in the profile's order.
+    pub fn values(&self) -> impl Iterator<Item = &Spelling> {
+        self.iter().map(|(_, s)| s)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A JSON object of model value to spelling; a value named twice is an
+/// error (which of the two would the profile mean?).
+impl<'de> Deserialize<'de> for Spellings {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Spellings, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Spellings;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object of model values and their spellings")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Spellings, A::Error> {
+                let mut spellings: Vec<(String, Spelling)> =
+                    Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some(model) = map.next_key::<String>()? {
+                    if spellings.iter().any(|(m, _)| *m == model) {
+                        return Err(serde::de::Error::custom(format!(
+                            "{model:?} is listed twice"
+                        )));
+                    }
+                    let spelling = map.next_value()?;
+                    spellings.push((model, spelling));
+                }
+                Ok(Spellings(spellings))
+            }
+        }
+        deserializer.deserialize_map(Visitor)
+    }
+}
+
 /// A numeric field.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -134,7 +197,7 @@ pub struct FieldProfile {
     pub read: Option<String>,
     /// For choices: each model value and its spellings, in the order the
     /// profile gives them (error messages list them so).
-    pub values: Option<IndexMap<String, Spelling>>,
+    pub values: Option<Spellings>,
     /// For numbers.
     pub number: Option<NumberSpec>,
     /// Pointer into the sensor answer to the values this device accepts (an
@@ -176,12 +239,15 @@ fn bearer() -> Auth {
     Auth::Bearer
 }
 
-fn check_pointer(at: &str, pointer: &str) -> Result<(), String> {
+/// Checks a JSON pointer; `at` names where it is, and is only worked out
+/// for an error (the profile is checked on every call).
+fn check_pointer(at: impl FnOnce() -> String, pointer: &str) -> Result<(), String> {
     if pointer.is_empty() || pointer.starts_with('/') {
         Ok(())
     } else {
         Err(format!(
-            "{at}: {pointer:?} is not a JSON pointer (it starts with /)"
+            "{}: {pointer:?} is not a JSON pointer (it starts with /)",
+            at()
         ))
     }
 }
@@ -257,8 +323,8 @@ impl Profile {
                 return Err(format!("{at}: {method:?} must be GET, POST, PUT or PATCH"));
             }
         }
-        check_pointer("list.items", &self.list.items)?;
-        check_pointer("list.id", &self.list.id)?;
+        check_pointer(|| "list.items".into(), &self.list.items)?;
+        check_pointer(|| "list.id".into(), &self.list.id)?;
         if !self.control.body.is_object() {
             return Err("control.body must be a JSON object".into());
         }
@@ -267,12 +333,12 @@ impl Profile {
         }
         for (field, spec) in &self.fields {
             let at = |key: &str| format!("fields.{field}.{key}");
-            check_pointer(&at("write"), &spec.write)?;
+            check_pointer(|| at("write"), &spec.write)?;
             if spec.write.is_empty() {
                 return Err(format!("{}: must point inside the body", at("write")));
             }
             if let Some(read) = &spec.read {
-                check_pointer(&at("read"), read)?;
+                check_pointer(|| at("read"), read)?;
             }
             match (field, &spec.values, &spec.number) {
                 (Field::TargetTemperature, _, None) => {
@@ -318,7 +384,7 @@ impl Profile {
                     if values.is_empty() {
                         return Err(format!("{}: list at least one value", at("values")));
                     }
-                    if let Some(bad) = values.keys().find(|k| k.to_ascii_lowercase() != **k) {
+                    if let Some(bad) = values.keys().find(|k| k.to_ascii_lowercase() != *k) {
                         return Err(format!(
                             "{}: model values are lower case, not {bad:?}",
                             at("values")
@@ -327,7 +393,7 @@ impl Profile {
                 }
             }
             if let Some(from) = &spec.allowed_from {
-                check_pointer(&at("allowed_from"), from)?;
+                check_pointer(|| at("allowed_from"), from)?;
             }
         }
         for (i, group) in self.control.together.iter().enumerate() {
@@ -353,9 +419,9 @@ impl Profile {
             _ => a == b,
         };
         let values = spec.values.as_ref().expect("checked at load");
-        for (model, spelling) in values {
+        for (model, spelling) in values.iter() {
             if same(&spelling.write, raw) || spelling.read.iter().any(|r| same(r, raw)) {
-                return Ok(Value::Choice(model.clone()));
+                return Ok(Value::Choice(model.to_string()));
             }
         }
         // A value the profile does not spell is still reported as it is, so
@@ -460,8 +526,10 @@ impl Profile {
                         Comparison::Tolerance(n.tolerance),
                     ),
                     (None, values) => {
-                        let fixed: Vec<String> =
-                            values.iter().flat_map(|v| v.keys().cloned()).collect();
+                        let fixed: Vec<String> = values
+                            .iter()
+                            .flat_map(|v| v.keys().map(str::to_string))
+                            .collect();
                         let from_device = spec
                             .allowed_from
                             .as_ref()
@@ -619,6 +687,27 @@ mod tests {
 
         let err = Profile::parse("{").unwrap_err();
         assert!(err.starts_with("device profile:"), "{err}");
+
+        // A model value spelled twice: which one would the profile mean?
+        let twice = SIM_PROFILE.replacen(
+            r#""on": {"write": "ON"}"#,
+            r#""on": {"write": "ON"}, "on": {"write": "1"}"#,
+            1,
+        );
+        assert_ne!(twice, SIM_PROFILE);
+        let err = Profile::parse(&twice).unwrap_err();
+        assert!(
+            err.contains("fields.power.values") && err.contains(r#""on" is listed twice"#),
+            "{err}"
+        );
+
+        let mut bad: Json = serde_json::from_str(SIM_PROFILE).unwrap();
+        bad["fields"]["power"]["read"] = json!("power");
+        let err = Profile::parse(&bad.to_string()).unwrap_err();
+        assert!(
+            err.contains("fields.power.read") && err.contains("not a JSON pointer"),
+            "{err}"
+        );
     }
 
     #[test]
