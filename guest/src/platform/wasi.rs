@@ -102,7 +102,7 @@ impl Platform for WasiPlatform {
     }
 
     fn task_changed(&self, task: &TaskRecord, detailed: serde_json::Value) {
-        host::task_changed(&rendered_view(task, &detailed));
+        host::task_changed(&rendered_view(task, detailed));
     }
 
     fn resource_updated(&self, uri: &str) {
@@ -122,11 +122,12 @@ impl Platform for WasiPlatform {
 
 /// Both renderings of a task, as the runner receives them.
 pub fn task_view(record: &TaskRecord) -> TaskView {
-    rendered_view(record, &record.to_detailed_json())
+    rendered_view(record, record.to_detailed_json())
 }
 
 /// [`task_view`], with the detailed rendering already made.
-fn rendered_view(record: &TaskRecord, detailed: &serde_json::Value) -> TaskView {
+fn rendered_view(record: &TaskRecord, detailed: serde_json::Value) -> TaskView {
+    let (detailed, tool_result) = detailed_and_tool_result(record, detailed);
     TaskView {
         task_id: record.id.clone(),
         status: match record.status {
@@ -136,11 +137,104 @@ fn rendered_view(record: &TaskRecord, detailed: &serde_json::Value) -> TaskView 
             Status::Failed => TaskStatus::Failed,
             Status::Cancelled => TaskStatus::Cancelled,
         },
-        detailed: crate::json::text(detailed),
-        // A completed task's detailed rendering carries this very result.
-        tool_result: match detailed.get("result") {
-            Some(result) if record.status == Status::Completed => crate::json::text(result),
-            _ => crate::json::text(&tool_result(&record.to_tool_json(), false)),
-        },
+        detailed,
+        tool_result,
+    }
+}
+
+/// The texts of the detailed task and of the tool result that stands for
+/// it. A completed task's detailed rendering carries that very result, so
+/// its text is written once and placed in both.
+fn detailed_and_tool_result(record: &TaskRecord, detailed: serde_json::Value) -> (String, String) {
+    let serde_json::Value::Object(mut fields) = detailed else {
+        let tool = tool_result(record.to_tool_json(), false);
+        return (crate::json::text(&detailed), crate::json::text(&tool));
+    };
+    match fields.remove("result") {
+        Some(result) if record.status == Status::Completed => {
+            let result = crate::json::text(&result);
+            let mut text = crate::json::text(&serde_json::Value::Object(fields));
+            // `{...}` becomes `{...,"result":<result>}`.
+            text.pop();
+            if text.len() > 1 {
+                text.push(',');
+            }
+            text.push_str("\"result\":");
+            text.push_str(&result);
+            text.push('}');
+            (text, result)
+        }
+        other => {
+            if let Some(result) = other {
+                fields.insert("result".into(), result);
+            }
+            let tool = tool_result(record.to_tool_json(), false);
+            (
+                crate::json::text(&serde_json::Value::Object(fields)),
+                crate::json::text(&tool),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Comparison, Field, Value};
+    use crate::task::{FieldState, Timing, Verdict};
+    use serde_json::Value as Json;
+
+    fn record(status: Status) -> TaskRecord {
+        let field = FieldState {
+            field: Field::Power,
+            sent: Value::Choice("on".into()),
+            baseline: Some(Value::Choice("off".into())),
+            observed: Some(Value::Choice("on".into())),
+            readable: true,
+            comparison: Comparison::CaseInsensitive,
+            verdict: Verdict::default(),
+        };
+        let timing = Timing {
+            ttl_ms: 300_000,
+            poll_interval_ms: 1_000,
+            settle_window_ms: 10_000,
+            stable_reads: 2,
+            dense_read_ms: 200,
+        };
+        let mut record = TaskRecord::new(
+            "t1".into(),
+            "set_power_mode",
+            "ac-1",
+            vec![field],
+            timing,
+            1_000,
+        );
+        record.status = status;
+        record
+    }
+
+    #[test]
+    fn both_texts_are_the_renderings_they_stand_for() {
+        for status in [
+            Status::Working,
+            Status::InputRequired,
+            Status::Completed,
+            Status::Failed,
+            Status::Cancelled,
+        ] {
+            let record = record(status);
+            let (detailed, tool) = detailed_and_tool_result(&record, record.to_detailed_json());
+            let detailed: Json = serde_json::from_str(&detailed).unwrap();
+            let tool: Json = serde_json::from_str(&tool).unwrap();
+            assert_eq!(detailed, record.to_detailed_json(), "{status:?}");
+            assert_eq!(
+                tool,
+                tool_result(record.to_tool_json(), false),
+                "{status:?}"
+            );
+            if status == Status::Completed {
+                assert_eq!(detailed["result"], tool);
+            }
+        }
     }
 }

@@ -79,7 +79,7 @@ impl TaskRecord {
         let mut task = self.task_fields();
         match self.status {
             Status::Completed => {
-                task.insert("result".into(), tool_result(&self.to_tool_json(), false));
+                task.insert("result".into(), tool_result(self.to_tool_json(), false));
             }
             Status::InputRequired => {
                 let requests: Map<String, Json> = self
@@ -119,13 +119,18 @@ impl TaskRecord {
 }
 
 /// A `CallToolResult` carrying `structured` both as structured content and,
-/// for clients that only read text, as its JSON text.
-pub fn tool_result(structured: &Json, is_error: bool) -> Json {
-    json!({
-        "content": [{"type": "text", "text": crate::json::text(structured)}],
-        "structuredContent": structured,
-        "isError": is_error,
-    })
+/// for clients that only read text, as its JSON text. It takes `structured`
+/// whole, so the result holds it without a copy.
+pub fn tool_result(structured: Json, is_error: bool) -> Json {
+    let text = crate::json::text(&structured);
+    let mut result = Map::new();
+    result.insert(
+        "content".into(),
+        json!([{"type": "text", "text": Json::String(text)}]),
+    );
+    result.insert("structuredContent".into(), structured);
+    result.insert("isError".into(), Json::Bool(is_error));
+    Json::Object(result)
 }
 
 /// Milliseconds since the epoch as an RFC 3339 UTC timestamp.

@@ -21,5 +21,5 @@ pub fn run(ctx: &Context<'_>, arguments: &Json, _caller: &Caller<'_>) -> Result<
         crate::app::tasks::TaskError::NotFound(_) => super::command::unknown_task(id),
         crate::app::tasks::TaskError::Internal(m) => Failure::Internal(m),
     })?;
-    Ok(Output::Result(tool_result(&record.to_tool_json(), false)))
+    Ok(Output::Result(tool_result(record.to_tool_json(), false)))
 }

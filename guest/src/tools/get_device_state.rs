@@ -23,5 +23,5 @@ pub fn run(ctx: &Context<'_>, arguments: &Json, _caller: &Caller<'_>) -> Result<
         .map_err(|e| Failure::Tool(format!("could not read {device_id}: {e}")))?;
     crate::app::readings::observed(ctx, device_id, &reading);
     let result = crate::app::readings::state_json(device_id, &reading);
-    Ok(Output::Result(tool_result(&result, false)))
+    Ok(Output::Result(tool_result(result, false)))
 }

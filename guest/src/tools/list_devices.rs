@@ -21,7 +21,7 @@ pub fn run(ctx: &Context<'_>, arguments: &Json, _caller: &Caller<'_>) -> Result<
         .list_devices()
         .map_err(|e| Failure::Tool(format!("could not list devices: {e}")))?;
     Ok(Output::Result(tool_result(
-        &json!({ "devices": devices }),
+        json!({ "devices": devices }),
         false,
     )))
 }

@@ -10,8 +10,9 @@
 use crate::bindings::settle::plugin::types::{CallError, TaskError, Tool as PluginTool};
 use crate::runtime::Fault;
 use rmcp::model::{
-    ClientCapabilities, DetailedTask, ErrorCode, ErrorData, InputRequiredResult, InputResponses,
-    PromptsCapability, ResourcesCapability, ServerCapabilities, Task, Tool,
+    CallToolResult, ClientCapabilities, DetailedTask, ErrorCode, ErrorData, InputRequiredResult,
+    InputResponses, PromptsCapability, ResourcesCapability, ResultType, ServerCapabilities, Task,
+    TaskPayload, Tool,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -47,6 +48,14 @@ pub fn result_from_plugin<T: DeserializeOwned>(what: &str, json: &str) -> Result
     serde_json::from_value(value).map_err(|e| invalid(what, e))
 }
 
+/// A tool's result from the plugin: [`result_from_plugin`] for the answer
+/// every `tools/call` carries, parsed once instead of through a `Value`.
+pub fn tool_result_from_plugin(what: &str, json: &str) -> Result<CallToolResult, ErrorData> {
+    let mut result: CallToolResult = from_plugin(what, json)?;
+    result.result_type.get_or_insert(ResultType::COMPLETE);
+    Ok(result)
+}
+
 /// A plugin's MRTR questions (an `InputRequiredResult` body).
 pub fn questions_from_plugin(json: &str) -> Result<InputRequiredResult, ErrorData> {
     let mut value: Value = from_plugin("input-required result", json)?;
@@ -65,9 +74,16 @@ pub fn detailed_from_plugin(json: &str) -> Result<Value, ErrorData> {
     Ok(value)
 }
 
-/// The same detailed task as rmcp's type, for `tasks/get`.
+/// The same detailed task as rmcp's type, for `tasks/get`: parsed once,
+/// then its result stamped.
 pub fn detailed_task(json: &str) -> Result<DetailedTask, ErrorData> {
-    serde_json::from_value(detailed_from_plugin(json)?).map_err(|e| invalid("detailed task", e))
+    let mut task: DetailedTask = from_plugin("detailed task", json)?;
+    if let TaskPayload::Completed { result } = &mut task.payload {
+        result
+            .entry("resultType")
+            .or_insert_with(|| json!("complete"));
+    }
+    Ok(task)
 }
 
 /// The task of a `CreateTaskResult`.
@@ -207,7 +223,7 @@ pub fn prompts_list_changes(capabilities: &ServerCapabilities) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rmcp::model::{CallToolResult, ReadResourceResult};
+    use rmcp::model::ReadResourceResult;
 
     fn tool(input_schema: &str) -> PluginTool {
         PluginTool {
@@ -244,6 +260,65 @@ mod tests {
             result_from_plugin::<ReadResourceResult>("resource", r#"{"contents": 3}"#).unwrap_err();
         assert_eq!(err.code, ErrorCode::INTERNAL_ERROR);
         assert!(err.message.contains("invalid resource"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_tool_result_parsed_once_is_the_one_parsed_through_a_value() {
+        for json in [
+            r#"{"content": [{"type": "text", "text": "21"}], "structuredContent": {"t": 21}, "isError": false}"#,
+            r#"{"content": [], "isError": true}"#,
+            r#"{"resultType": "complete", "structuredContent": null}"#,
+        ] {
+            let once = tool_result_from_plugin("tool result", json).unwrap();
+            let through_value: CallToolResult = result_from_plugin("tool result", json).unwrap();
+            assert_eq!(once, through_value, "{json}");
+            assert_eq!(once.result_type, Some(ResultType::COMPLETE));
+        }
+        for json in [
+            r#"{"resultType": "input_required", "content": []}"#,
+            "{}",
+            "[]",
+        ] {
+            // Refused both ways (the parse from text says where it stopped).
+            let once = tool_result_from_plugin("tool result", json).unwrap_err();
+            assert!(result_from_plugin::<CallToolResult>("tool result", json).is_err());
+            assert_eq!(once.code, ErrorCode::INTERNAL_ERROR);
+            assert!(
+                once.message
+                    .starts_with("the plugin returned an invalid tool result"),
+                "{json}: {}",
+                once.message
+            );
+        }
+    }
+
+    #[test]
+    fn a_detailed_task_parsed_once_is_the_one_parsed_through_a_value() {
+        for json in [
+            r#"{"taskId": "a", "status": "completed", "createdAt": "2026-12-03T07:00:00Z", "lastUpdatedAt": "2026-12-03T07:00:01Z", "ttlMs": 60000, "result": {"content": [], "isError": false}}"#,
+            r#"{"taskId": "a", "status": "completed", "createdAt": "2026-12-03T07:00:00Z", "lastUpdatedAt": "2026-12-03T07:00:01Z", "ttlMs": 60000, "result": {"resultType": "complete", "content": []}}"#,
+            r#"{"taskId": "b", "status": "working", "statusMessage": "waiting", "createdAt": "2026-12-03T07:00:00Z", "lastUpdatedAt": "2026-12-03T07:00:01Z", "ttlMs": 60000, "pollIntervalMs": 1000}"#,
+            r#"{"taskId": "c", "status": "failed", "createdAt": "2026-12-03T07:00:00Z", "lastUpdatedAt": "2026-12-03T07:00:01Z", "ttlMs": null, "error": {"code": -32001, "message": "not applied"}}"#,
+        ] {
+            let once = detailed_task(json).unwrap();
+            let through_value: DetailedTask =
+                serde_json::from_value(detailed_from_plugin(json).unwrap()).unwrap();
+            assert_eq!(once, through_value, "{json}");
+        }
+        for json in [
+            r#"{"taskId": "d", "status": "completed", "createdAt": "2026-12-03T07:00:00Z", "lastUpdatedAt": "2026-12-03T07:00:01Z", "ttlMs": 60000}"#,
+            r#"{"taskId": "e"}"#,
+            "[]",
+        ] {
+            let err = detailed_task(json).unwrap_err();
+            assert_eq!(err.code, ErrorCode::INTERNAL_ERROR);
+            assert!(
+                err.message
+                    .starts_with("the plugin returned an invalid detailed task"),
+                "{json}: {}",
+                err.message
+            );
+        }
     }
 
     #[test]

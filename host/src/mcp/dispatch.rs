@@ -8,7 +8,7 @@
 
 use super::convert::{
     call_error, fault_error, questions_from_plugin, result_from_plugin, server_capabilities,
-    task_error, task_from_plugin, to_mcp_tool,
+    task_error, task_from_plugin, to_mcp_tool, tool_result_from_plugin,
 };
 use super::era::Caller;
 use super::legacy;
@@ -265,7 +265,7 @@ impl Dispatch {
             .await?;
         match answer {
             Answer::Done(ToolEnd::Result(json)) => Ok(CallToolResponse::Complete(
-                result_from_plugin("tool result", &json)?,
+                tool_result_from_plugin("tool result", &json)?,
             )),
             Answer::Done(ToolEnd::Task(view)) => {
                 self.answer_with_task(view, caller.declares_tasks()).await
@@ -399,7 +399,7 @@ impl Dispatch {
             let task = task_from_plugin(&view.detailed)?;
             return Ok(CallToolResponse::Task(CreateTaskResult::new(task)));
         }
-        Ok(CallToolResponse::Complete(result_from_plugin(
+        Ok(CallToolResponse::Complete(tool_result_from_plugin(
             "task tool result",
             &view.tool_result,
         )?))
