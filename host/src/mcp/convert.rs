@@ -262,6 +262,22 @@ mod tests {
         assert!(err.message.contains("invalid resource"), "{}", err.message);
     }
 
+    /// `outcome` is the internal error that names the plugin's invalid `what`.
+    fn refused_as_invalid<T: std::fmt::Debug>(
+        outcome: Result<T, ErrorData>,
+        what: &str,
+        json: &str,
+    ) {
+        let err = outcome.unwrap_err();
+        assert_eq!(err.code, ErrorCode::INTERNAL_ERROR, "{json}");
+        let expected = format!("the plugin returned an invalid {what}");
+        assert!(
+            err.message.starts_with(&expected),
+            "{json}: {}",
+            err.message
+        );
+    }
+
     #[test]
     fn a_tool_result_parsed_once_is_the_one_parsed_through_a_value() {
         for json in [
@@ -280,14 +296,11 @@ mod tests {
             "[]",
         ] {
             // Refused both ways (the parse from text says where it stopped).
-            let once = tool_result_from_plugin("tool result", json).unwrap_err();
             assert!(result_from_plugin::<CallToolResult>("tool result", json).is_err());
-            assert_eq!(once.code, ErrorCode::INTERNAL_ERROR);
-            assert!(
-                once.message
-                    .starts_with("the plugin returned an invalid tool result"),
-                "{json}: {}",
-                once.message
+            refused_as_invalid(
+                tool_result_from_plugin("tool result", json),
+                "tool result",
+                json,
             );
         }
     }
@@ -310,14 +323,7 @@ mod tests {
             r#"{"taskId": "e"}"#,
             "[]",
         ] {
-            let err = detailed_task(json).unwrap_err();
-            assert_eq!(err.code, ErrorCode::INTERNAL_ERROR);
-            assert!(
-                err.message
-                    .starts_with("the plugin returned an invalid detailed task"),
-                "{json}: {}",
-                err.message
-            );
+            refused_as_invalid(detailed_task(json), "detailed task", json);
         }
     }
 
