@@ -695,6 +695,18 @@ async fn tasks_at_scale() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A stateless `tasks/get` of the task `id`, as a task-aware client sends it.
+fn tasks_get_request(client: &reqwest::Client, url: &str, id: &str) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tasks/get")
+        .header("mcp-name", id)
+        .body(json!({"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":id,"_meta":tasks_meta()}}).to_string())
+}
+
 /// `tasks/get` of the tasks `ids`, spread over them, `concurrency` workers
 /// for `duration`.
 async fn tasks_get_load(
@@ -707,18 +719,13 @@ async fn tasks_get_load(
     let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     load(concurrency, duration, move |client, _| {
         let n = counter.fetch_add(7919, std::sync::atomic::Ordering::Relaxed) % ids.len();
-        let id = ids[n].clone();
-        let request = client
-            .post(&url)
-            .header("accept", "application/json, text/event-stream")
-            .header("content-type", "application/json")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tasks/get")
-            .header("mcp-name", id.clone())
-            .body(json!({"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":id,"_meta":tasks_meta()}}).to_string());
+        let request = tasks_get_request(&client, &url, &ids[n]);
         Box::pin(async move {
             let reply = message(request.send().await?).await?;
-            anyhow::ensure!(reply["result"]["taskId"].is_string(), "tasks/get failed: {reply}");
+            anyhow::ensure!(
+                reply["result"]["taskId"].is_string(),
+                "tasks/get failed: {reply}"
+            );
             Ok(())
         })
     })
@@ -730,19 +737,7 @@ async fn tasks_end(url: &str, id: &str) -> anyhow::Result<()> {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let reply = message(
-            client
-                .post(url)
-                .header("accept", "application/json, text/event-stream")
-                .header("content-type", "application/json")
-                .header("mcp-protocol-version", "2026-07-28")
-                .header("mcp-method", "tasks/get")
-                .header("mcp-name", id)
-                .body(json!({"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":id,"_meta":tasks_meta()}}).to_string())
-                .send()
-                .await?,
-        )
-        .await?;
+        let reply = message(tasks_get_request(&client, url, id).send().await?).await?;
         if reply["result"]["status"] != "working" {
             return Ok(());
         }
