@@ -145,36 +145,29 @@ fn rendered_view(record: &TaskRecord, detailed: serde_json::Value) -> TaskView {
 /// The texts of the detailed task and of the tool result that stands for
 /// it. A completed task's detailed rendering carries that very result, so
 /// its text is written once and placed in both.
-fn detailed_and_tool_result(record: &TaskRecord, detailed: serde_json::Value) -> (String, String) {
-    let serde_json::Value::Object(mut fields) = detailed else {
+fn detailed_and_tool_result(
+    record: &TaskRecord,
+    mut detailed: serde_json::Value,
+) -> (String, String) {
+    let completed_result = match detailed.as_object_mut() {
+        Some(fields) if record.status == Status::Completed => fields.remove("result"),
+        _ => None,
+    };
+    let Some(result) = completed_result else {
         let tool = tool_result(record.to_tool_json(), false);
         return (crate::json::text(&detailed), crate::json::text(&tool));
     };
-    match fields.remove("result") {
-        Some(result) if record.status == Status::Completed => {
-            let result = crate::json::text(&result);
-            let mut text = crate::json::text(&serde_json::Value::Object(fields));
-            // `{...}` becomes `{...,"result":<result>}`.
-            text.pop();
-            if text.len() > 1 {
-                text.push(',');
-            }
-            text.push_str("\"result\":");
-            text.push_str(&result);
-            text.push('}');
-            (text, result)
-        }
-        other => {
-            if let Some(result) = other {
-                fields.insert("result".into(), result);
-            }
-            let tool = tool_result(record.to_tool_json(), false);
-            (
-                crate::json::text(&serde_json::Value::Object(fields)),
-                crate::json::text(&tool),
-            )
-        }
+    let result = crate::json::text(&result);
+    let mut text = crate::json::text(&detailed);
+    // `{...}` becomes `{...,"result":<result>}`.
+    text.pop();
+    if text.len() > 1 {
+        text.push(',');
     }
+    text.push_str("\"result\":");
+    text.push_str(&result);
+    text.push('}');
+    (text, result)
 }
 
 #[cfg(test)]

@@ -35,10 +35,15 @@ fn invalid(what: &str, e: serde_json::Error) -> ErrorData {
 /// envelope to the runner; rmcp removes `"complete"` again for legacy peers.
 fn stamp(value: &mut Value, result_type: &str) {
     if let Some(object) = value.as_object_mut() {
-        object
-            .entry("resultType")
-            .or_insert_with(|| json!(result_type));
+        stamp_object(object, result_type);
     }
+}
+
+/// [`stamp`], on an object already known to be one.
+fn stamp_object(object: &mut serde_json::Map<String, Value>, result_type: &str) {
+    object
+        .entry("resultType")
+        .or_insert_with(|| json!(result_type));
 }
 
 /// A finished result the plugin produced, with `resultType` set.
@@ -79,9 +84,7 @@ pub fn detailed_from_plugin(json: &str) -> Result<Value, ErrorData> {
 pub fn detailed_task(json: &str) -> Result<DetailedTask, ErrorData> {
     let mut task: DetailedTask = from_plugin("detailed task", json)?;
     if let TaskPayload::Completed { result } = &mut task.payload {
-        result
-            .entry("resultType")
-            .or_insert_with(|| json!("complete"));
+        stamp_object(result, "complete");
     }
     Ok(task)
 }

@@ -151,8 +151,10 @@ impl<'de> Deserialize<'de> for Spellings {
                 self,
                 mut map: A,
             ) -> Result<Spellings, A::Error> {
+                // A field has a handful of values; a hint is not trusted
+                // beyond that.
                 let mut spellings: Vec<(String, Spelling)> =
-                    Vec::with_capacity(map.size_hint().unwrap_or(8));
+                    Vec::with_capacity(map.size_hint().unwrap_or(8).min(16));
                 while let Some(model) = map.next_key::<String>()? {
                     if spellings.iter().any(|(m, _)| *m == model) {
                         return Err(serde::de::Error::custom(format!(
