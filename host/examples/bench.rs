@@ -15,7 +15,10 @@
 //! - the delay from a task's change to a `subscriptions/listen` listener
 //!   (p50, p99).
 //!
-//! `BENCH_ONLY=sandbox,calls,completion,tasks` runs only the parts named.
+//! - `get_device_state` at concurrency 1 by stage (`settle::timeline`).
+//!
+//! `BENCH_ONLY=sandbox,calls,completion,tasks,timeline` runs only the parts
+//! named.
 
 use anyhow::Context;
 use clap::Parser;
@@ -39,6 +42,8 @@ use std::time::{Duration, Instant};
 mod load;
 #[path = "support/process.rs"]
 mod process;
+#[path = "support/timeline.rs"]
+mod timeline;
 use load::{Load, load, percentile};
 use process::spawn_settle;
 
@@ -271,7 +276,9 @@ async fn device_state_load(
             request = request.header("accept", "text/event-stream;q=1");
         }
         Box::pin(async move {
+            settle::timeline!("client sends");
             let reply = message(request.send().await?).await?;
+            settle::timeline!("client has the answer");
             anyhow::ensure!(reply["result"]["isError"] == false, "call failed: {reply}");
             Ok(())
         })
@@ -916,11 +923,50 @@ async fn main() -> anyhow::Result<()> {
     if part("tasks") {
         tasks_at_scale().await?;
     }
+    // Last: it installs a tracing subscriber for the rest of the process.
+    if part("timeline") {
+        call_timeline(&sim).await?;
+    }
+    Ok(())
+}
+
+/// `get_device_state` at concurrency 1 (in this process), broken down by
+/// the stages [`settle::timeline`] marks: where each microsecond of one
+/// call goes, from the client's send to its having the answer.
+async fn call_timeline(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
+    let api = sim.base_url();
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("timeline.redb");
+    let (url, _stop) = serve(config(&api, store.to_str().unwrap(), "0")?).await?;
+    // Warm: the first calls open the device connection and fill caches.
+    device_state_load(&url, 1, Duration::from_millis(500), Route::Direct).await?;
+    timeline::record();
+    let load = device_state_load(&url, 1, Duration::from_secs(3), Route::Direct).await?;
+    let (stages, taken, calls) = timeline::stages();
+    println!(
+        "## get_device_state at concurrency 1, by stage ({taken} of {calls} calls passed every mark in order; end to end p50 {:.0} µs)",
+        micros(load.p50)
+    );
+    for stage in &stages {
+        println!(
+            "  {:<62} p50 {:>6.1} µs   p10 {:>6.1}   p90 {:>6.1}",
+            format!("{} → {}", stage.from, stage.to),
+            stage.p50_us,
+            stage.p10_us,
+            stage.p90_us
+        );
+    }
+    println!(
+        "  {:<62} {:>10.1} µs",
+        "sum of the stages' medians",
+        stages.iter().map(|s| s.p50_us).sum::<f64>()
+    );
     Ok(())
 }
 
 /// Whether to run one part of the benchmark: all of them, or those named
-/// in `BENCH_ONLY` (comma-separated: sandbox, calls, completion, tasks),
+/// in `BENCH_ONLY` (comma-separated: sandbox, calls, completion, tasks,
+/// timeline),
 /// for a quick measure of one change.
 fn part(name: &str) -> bool {
     std::env::var("BENCH_ONLY").map_or(true, |only| only.split(',').any(|p| p.trim() == name))

@@ -61,3 +61,4 @@ pub mod store;
 pub mod swap;
 pub mod tasks;
 pub mod tenant;
+pub mod timeline;

@@ -239,11 +239,13 @@ impl Runtime {
                 ))
             }
         });
+        crate::timeline!("instance starts");
         let instance = plugin
             .pre
             .instantiate_async(&mut store)
             .await
             .map_err(|e| Fault::Instantiate(format!("{e:#}")))?;
+        crate::timeline!("instance ready");
         Ok(Call {
             store,
             instance,
@@ -326,12 +328,15 @@ impl Runtime {
     ) -> Result<Result<CallOutcome, CallError>, Fault> {
         let mut call = self.start(tenant, notifier).await?;
         let exports = call.instance.settle_plugin_plugin();
-        call.probe
+        let outcome = call
+            .probe
             .guard(
                 "call-tool",
                 exports.call_call_tool(&mut call.store, request),
             )
-            .await
+            .await;
+        crate::timeline!("plugin returned");
+        outcome
     }
 
     /// Runs `serve` (resources, prompts, completion).

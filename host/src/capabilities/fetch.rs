@@ -62,6 +62,7 @@ async fn exchange(
     hooks: &PolicyHooks,
     request: wit::HttpRequest,
 ) -> Result<wit::HttpResponse, wit::FetchError> {
+    crate::timeline!("outbound exchange starts");
     let deadline = Duration::from_millis(request.timeout_ms).min(MAX_OUTBOUND_WAIT);
     let limit = request.max_body_bytes.min(MAX_FETCH_BODY);
     let deadline_ms = deadline.as_millis() as u64;
@@ -82,6 +83,7 @@ async fn exchange(
             .send(&tenant, outgoing, options)
             .await
             .map_err(|e| failed(e, deadline_ms))?;
+        crate::timeline!("answer head in");
         // A pooled connection's I/O was driven by `send` itself and this is
         // already done; an `https` connection's is not, and runs on.
         let mut io = Box::into_pin(io);
@@ -103,6 +105,7 @@ async fn exchange(
                 }
             }
         }
+        crate::timeline!("answer body read");
         Ok(wit::HttpResponse { status, body: read })
     };
     tokio::time::timeout(deadline, exchange)

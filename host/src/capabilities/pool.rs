@@ -182,6 +182,7 @@ impl ConnectionPool {
         // back unsent; it then goes on a new connection.
         while let Some(mut connection) = self.take(&key) {
             let response = connection.sender.try_send_request(request);
+            crate::timeline!("pooled connection taken");
             match drive(&mut connection.io, timeout(first_byte, response)).await? {
                 Ok(response) => return Ok(self.read(key, connection, response, &options).await),
                 Err(mut failed) => match failed.take_message() {

@@ -226,6 +226,7 @@ pub async fn answer(settle: &Settle, request: Direct) -> Response {
             (ServerJsonRpcMessage::error(error, Some(id)), status)
         }
     };
+    crate::timeline!("MCP answer built");
     match serde_json::to_vec(&message) {
         Ok(body) => (
             status,

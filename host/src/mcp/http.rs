@@ -166,6 +166,7 @@ struct Served {
 /// response body has been sent; a listen stream over the tenant's cap is
 /// refused.
 async fn check_frame(served: Arc<Served>, request: Request, next: Next) -> Response {
+    crate::timeline!("request head in");
     let Served {
         responses,
         streams,
@@ -187,6 +188,7 @@ async fn check_frame(served: Arc<Served>, request: Request, next: Next) -> Respo
                 .into_response();
         }
     };
+    crate::timeline!("request body read");
     let message = match frame::check(&bytes) {
         Ok(message) => message,
         Err(rejection) => {
@@ -204,6 +206,7 @@ async fn check_frame(served: Arc<Served>, request: Request, next: Next) -> Respo
         }
     };
     if let Some(request) = direct::recognise(hosts, settle.dispatch(), &parts, &message) {
+        crate::timeline!("direct route chosen");
         count_route(settle, "direct");
         let in_flight = responses.enter();
         // As rmcp does for its own requests: once shutdown stops waiting,
