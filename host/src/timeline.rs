@@ -1,6 +1,6 @@
-//! Marks along one request's way through the runner, for `bench
-//! --timeline`: the breakdown of a `get_device_state` call by stage
-//! (`docs/performance.md`) comes from them.
+//! Marks along one request's way through the runner, for the
+//! benchmark's `timeline` part: the breakdown of a `get_device_state`
+//! call by stage (`docs/performance.md`) comes from them.
 //!
 //! A mark is a `tracing` event at TRACE on the target [`TARGET`] whose
 //! message names the stage. Nothing listens to it unless a subscriber asks
@@ -11,10 +11,11 @@
 /// The target every mark is sent on.
 pub const TARGET: &str = "settle::timeline";
 
-/// Marks that the request in hand reached `$stage` (a string literal).
+/// Marks that the request in hand reached `$stage` (a string literal). The
+/// crate using it needs `tracing` among its dependencies.
 #[macro_export]
 macro_rules! timeline {
     ($stage:literal) => {
-        ::tracing::trace!(target: "settle::timeline", $stage)
+        ::tracing::trace!(target: $crate::timeline::TARGET, $stage)
     };
 }
