@@ -427,10 +427,28 @@ impl Process {
     /// Starts `BINARY serve --http 127.0.0.1:0` with exactly `args`: the
     /// binary the tests built, or another build of it.
     pub async fn start_binary(binary: &std::path::Path, args: &[&str]) -> Process {
+        Process::start_binary_env(binary, args, &[]).await
+    }
+
+    /// [`Process::start`] with the default plugin, `args` and these
+    /// environment variables (`RUST_LOG`, say).
+    pub async fn start_env(args: &[&str], env: &[(&str, &str)]) -> Process {
+        let plugin = plugin_path();
+        let mut all = vec!["--plugin", plugin.to_str().unwrap()];
+        all.extend_from_slice(args);
+        Process::start_binary_env(env!("CARGO_BIN_EXE_settle").as_ref(), &all, env).await
+    }
+
+    async fn start_binary_env(
+        binary: &std::path::Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Process {
         use tokio::io::AsyncBufReadExt;
         let mut child = tokio::process::Command::new(binary)
             .args(["serve", "--http", "127.0.0.1:0"])
             .args(args)
+            .envs(env.iter().copied())
             .env("NO_COLOR", "1")
             .env("SETTLE_CACHE_DIR", cache_dir())
             .stdin(std::process::Stdio::null())

@@ -546,3 +546,65 @@ async fn routes(http: &reqwest::Client, url: &str) -> (u64, u64) {
     };
     (count("direct"), count("rmcp"))
 }
+
+/// A direct `get_device_state` passes every `settle::timeline` mark, in
+/// the order `bench`'s timeline part reports, and settle's log shows them
+/// when asked (`RUST_LOG`).
+#[tokio::test]
+async fn a_direct_call_passes_every_timeline_mark_in_order() {
+    let sim = sim(Duration::from_millis(100)).await;
+    let api = sim.base_url();
+    let process = Process::start_env(
+        &["--device-api", &api, "--plugin-config", FAST],
+        &[("RUST_LOG", "info,settle::timeline=trace")],
+    )
+    .await;
+    // The first call opens the device connection; the second takes it
+    // from the pool, as every call at a steady rate does.
+    for id in 1..=2 {
+        let (status, body) = request(
+            &process.url,
+            id,
+            "tools/call",
+            json!({"name": "get_device_state", "arguments": {"device_id": "ac-living"}, "_meta": meta(false)}),
+            Some("get_device_state"),
+        )
+        .await;
+        assert_eq!(
+            (status, &body["result"]["isError"]),
+            (200, &json!(false)),
+            "{body}"
+        );
+    }
+    let stages = [
+        "request head in",
+        "request body read",
+        "direct route chosen",
+        "instance starts",
+        "instance ready",
+        "outbound exchange starts",
+        "pooled connection taken",
+        "answer head in",
+        "answer body read",
+        "plugin returned",
+        "MCP answer built",
+    ];
+    eventually("the second call's marks are in the log", async || {
+        let log = process.log();
+        let marks: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("settle::timeline"))
+            .filter_map(|l| stages.iter().copied().find(|s| l.ends_with(s)))
+            .collect();
+        let second = marks
+            .iter()
+            .rposition(|m| *m == stages[0])
+            .map(|at| &marks[at..]);
+        if second == Some(&stages[..]) {
+            Ok(())
+        } else {
+            Err(format!("marks so far: {marks:?}"))
+        }
+    })
+    .await;
+}
