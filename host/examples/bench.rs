@@ -13,8 +13,7 @@
 //! - `tasks/get` over HTTP with 10,000 stored tasks (requests/s, p50, p99),
 //!   and the creation rate with 8 and with 64 clients;
 //! - the delay from a task's change to a `subscriptions/listen` listener
-//!   (p50, p99).
-//!
+//!   (p50, p99);
 //! - `get_device_state` at concurrency 1 by stage (`settle::timeline`).
 //!
 //! `BENCH_ONLY=sandbox,calls,completion,tasks,timeline` runs only the parts
@@ -966,8 +965,7 @@ async fn call_timeline(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
 
 /// Whether to run one part of the benchmark: all of them, or those named
 /// in `BENCH_ONLY` (comma-separated: sandbox, calls, completion, tasks,
-/// timeline),
-/// for a quick measure of one change.
+/// timeline), for a quick measure of one change.
 fn part(name: &str) -> bool {
     std::env::var("BENCH_ONLY").map_or(true, |only| only.split(',').any(|p| p.trim() == name))
 }
