@@ -275,9 +275,9 @@ async fn device_state_load(
             request = request.header("accept", "text/event-stream;q=1");
         }
         Box::pin(async move {
-            settle::timeline!("client sends");
+            timeline::client_sends();
             let reply = message(request.send().await?).await?;
-            settle::timeline!("client has the answer");
+            timeline::client_has_the_answer();
             anyhow::ensure!(reply["result"]["isError"] == false, "call failed: {reply}");
             Ok(())
         })

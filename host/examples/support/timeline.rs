@@ -9,8 +9,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use tracing::field::{Field, Visit};
 
-/// The mark a request starts with (the client's own).
-pub const FIRST: &str = "client sends";
+/// The mark a request starts with: [`client_sends`]'s.
+const FIRST: &str = "client sends";
+
+/// Marks the client's send of a request (the literal is [`FIRST`]).
+pub fn client_sends() {
+    settle::timeline!("client sends");
+}
+
+/// Marks the client's having the answer, parsed.
+pub fn client_has_the_answer() {
+    settle::timeline!("client has the answer");
+}
 
 static RECORDING: AtomicBool = AtomicBool::new(false);
 /// Each mark as its callsite and when: the stage's name is read from the

@@ -412,10 +412,7 @@ impl Process {
     /// Starts `settle serve --http 127.0.0.1:0` with `extra` arguments and
     /// waits until it says where it listens.
     pub async fn start(extra: &[&str]) -> Process {
-        let plugin = plugin_path();
-        let mut args = vec!["--plugin", plugin.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        Process::start_with(&args).await
+        Process::start_env(extra, &[]).await
     }
 
     /// Starts `settle serve --http 127.0.0.1:0` with exactly `args` (no
@@ -430,13 +427,13 @@ impl Process {
         Process::start_binary_env(binary, args, &[]).await
     }
 
-    /// [`Process::start`] with the default plugin, `args` and these
-    /// environment variables (`RUST_LOG`, say).
-    pub async fn start_env(args: &[&str], env: &[(&str, &str)]) -> Process {
+    /// [`Process::start`] with these environment variables as well
+    /// (`RUST_LOG`, say).
+    pub async fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Process {
         let plugin = plugin_path();
-        let mut all = vec!["--plugin", plugin.to_str().unwrap()];
-        all.extend_from_slice(args);
-        Process::start_binary_env(env!("CARGO_BIN_EXE_settle").as_ref(), &all, env).await
+        let mut args = vec!["--plugin", plugin.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Process::start_binary_env(env!("CARGO_BIN_EXE_settle").as_ref(), &args, env).await
     }
 
     async fn start_binary_env(
