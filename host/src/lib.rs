@@ -8,6 +8,7 @@
 //! - [`app`]: wiring a configuration into a running runner, and stopping it.
 //! - [`mcp`]: the MCP handler (rmcp) and the stdio and HTTP transports.
 //! - [`runtime`]: wasmtime: engine, linker, one store per call, its faults.
+//! - [`instances`]: making a call's instance (ahead of it, as a tenant's spare) and dropping it.
 //! - [`contract`]: which `settle:plugin` version a component was built for.
 //! - [`admit`]: the check a plugin passes before it serves a tenant.
 //! - [`bindings`]: the host's only `bindgen!`.
@@ -47,6 +48,7 @@ pub mod context;
 pub mod contract;
 pub mod drain;
 pub mod events;
+pub mod instances;
 pub mod mcp;
 pub mod metrics;
 pub mod plugin;

@@ -1,6 +1,7 @@
 //! wasmtime, narrowed to what settle uses: one `Engine` and one `Linker` for
 //! the whole runner, an `InstancePre` per loaded plugin, and a fresh `Store`
-//! per call with the tenant's memory limit and deadline.
+//! per call with the tenant's memory limit and deadline (made ahead of the
+//! call when the runner is idle: [`crate::instances`]).
 //!
 //! Nothing outside this module touches `wasmtime::Config`.
 
@@ -12,8 +13,9 @@ use crate::bindings::settle::plugin::types::{
 use crate::capabilities;
 use crate::capabilities::pool::ConnectionPool;
 use crate::capabilities::runner::RequestNotifier;
+use crate::instances::{Fresh, Maker, Spares};
 use crate::plugin::{LoadError, Loader, Plugin, PluginInfo};
-use crate::state::{HostState, MemoryLimitExceeded, STDERR_CAPTURE_BYTES};
+use crate::state::{HostState, MemoryLimitExceeded};
 use crate::store::Store as StateStore;
 use crate::tenant::Tenant;
 use std::path::{Path, PathBuf};
@@ -79,9 +81,11 @@ pub struct Runtime {
     engine: Engine,
     linker: Linker<HostState>,
     store: StateStore,
-    /// Outbound keep-alive connections, shared by every call.
-    pool: Arc<ConnectionPool>,
     ticker_stop: Arc<AtomicBool>,
+    /// Makes every call's instance.
+    maker: Maker,
+    /// Makes each tenant's spare instance ahead of its call.
+    spares: Spares,
     /// Where compiled plugins are kept so start-up and swaps skip Cranelift;
     /// `None` compiles every time.
     cache_dir: Option<PathBuf>,
@@ -156,12 +160,16 @@ impl Runtime {
                     ticking.increment_epoch();
                 }
             })?;
+        let pool = ConnectionPool::new();
+        let maker = Maker::new(engine.clone(), store.clone(), pool.clone());
+        let spares = Spares::new(maker.clone());
         Ok(Runtime {
             engine,
             linker,
             store,
-            pool: ConnectionPool::new(),
             ticker_stop,
+            maker,
+            spares,
             cache_dir,
         })
     }
@@ -185,14 +193,36 @@ impl Runtime {
         )
     }
 
-    /// A fresh instance of the tenant's current plugin, with its limits.
+    /// A fresh instance of the tenant's current plugin, with its limits:
+    /// the tenant's spare when it has one, otherwise one made now.
     async fn start<'t>(
         &self,
         tenant: &'t Tenant,
         request: Option<Arc<dyn RequestNotifier>>,
     ) -> Result<Call<'t>, Fault> {
-        self.start_on(tenant, tenant.plugin.load_full(), request)
-            .await
+        let permit = admit(tenant).await?;
+        let plugin = tenant.plugin.load_full();
+        // Only a call alone makes the next spare: with others in flight the
+        // cores are busy, and making it ahead would save no time.
+        let limit = tenant.context.limits.max_concurrent_calls.max(1);
+        let alone = tenant.calls.available_permits() + 1 >= limit;
+        crate::timeline!("instance starts");
+        let fresh = match self
+            .spares
+            .take(&tenant.spare, &tenant.context, &plugin, alone)
+        {
+            Some(mut spare) => {
+                spare.arm(tenant.context.limits.call_timeout, request);
+                spare
+            }
+            None => self
+                .maker
+                .make(&tenant.context, plugin, request)
+                .await
+                .map_err(Fault::Instantiate)?,
+        };
+        crate::timeline!("instance ready");
+        Ok(Call::new(tenant, fresh, permit))
     }
 
     /// A fresh instance of `plugin` (the tenant's, or one being tried
@@ -203,61 +233,13 @@ impl Runtime {
         plugin: Arc<Plugin>,
         request: Option<Arc<dyn RequestNotifier>>,
     ) -> Result<Call<'t>, Fault> {
-        // Closed only at shutdown, after which no call starts.
-        let permit = tenant
-            .calls
-            .acquire()
+        let permit = admit(tenant).await?;
+        let fresh = self
+            .maker
+            .make(&tenant.context, plugin, request)
             .await
-            .map_err(|_| Fault::Instantiate("the runner is shutting down".into()))?;
-        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE_BYTES);
-        let state = HostState::new(
-            tenant.context.clone(),
-            self.store.clone(),
-            stderr.clone(),
-            request,
-            self.pool.clone(),
-        );
-        let memory_hit = state.limiter.hit.clone();
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limiter);
-        let timeout = tenant.context.limits.call_timeout;
-        // Every epoch tick, a running plugin hands its thread back to the
-        // executor, so a plugin that never returns delays nobody else's
-        // calls; once the call's time is up it is stopped.
-        let deadline = std::time::Instant::now() + timeout;
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if std::time::Instant::now() >= deadline {
-                Ok(wasmtime::UpdateDeadline::Interrupt)
-            } else {
-                // tokio's yield, not wasmtime's plain self-wake: it lets the
-                // runtime read sockets before the plugin runs again, and a
-                // connection's task does not absorb it (`self_wake`).
-                Ok(wasmtime::UpdateDeadline::YieldCustom(
-                    1,
-                    Box::pin(tokio::task::yield_now()),
-                ))
-            }
-        });
-        crate::timeline!("instance starts");
-        let instance = plugin
-            .pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(|e| Fault::Instantiate(format!("{e:#}")))?;
-        crate::timeline!("instance ready");
-        Ok(Call {
-            store,
-            instance,
-            probe: Probe {
-                tenant,
-                timeout,
-                memory_hit,
-                stderr,
-                source: plugin.source.clone(),
-                _permit: permit,
-            },
-        })
+            .map_err(Fault::Instantiate)?;
+        Ok(Call::new(tenant, fresh, permit))
     }
 
     /// The plugin's tools, read once per loaded plugin.
@@ -427,11 +409,39 @@ impl Runtime {
     }
 }
 
+/// Waits until `tenant` may start another call.
+async fn admit(tenant: &Tenant) -> Result<tokio::sync::SemaphorePermit<'_>, Fault> {
+    // Closed only at shutdown, after which no call starts.
+    tenant
+        .calls
+        .acquire()
+        .await
+        .map_err(|_| Fault::Instantiate("the runner is shutting down".into()))
+}
+
 /// One call in progress: its store, instance and what judges its end.
 struct Call<'t> {
     store: Store<HostState>,
     instance: McpPlugin,
     probe: Probe<'t>,
+}
+
+impl<'t> Call<'t> {
+    /// The call `fresh` serves for `tenant`, holding one of its `permit`s.
+    fn new(tenant: &'t Tenant, fresh: Fresh, permit: tokio::sync::SemaphorePermit<'t>) -> Call<'t> {
+        Call {
+            store: fresh.store,
+            instance: fresh.instance,
+            probe: Probe {
+                tenant,
+                timeout: tenant.context.limits.call_timeout,
+                memory_hit: fresh.memory_hit,
+                stderr: fresh.stderr,
+                source: fresh.plugin.source.clone(),
+                _permit: permit,
+            },
+        }
+    }
 }
 
 /// What is needed to name how a call ended, kept apart from the store the

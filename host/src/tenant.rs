@@ -6,6 +6,7 @@
 //! holds its own `Arc`).
 
 use crate::context::TenantContext;
+use crate::instances::Slot;
 use crate::plugin::Plugin;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
@@ -22,6 +23,8 @@ pub struct Tenant {
     pub calls: tokio::sync::Semaphore,
     /// Held while a swap of this tenant's plugin is under way.
     pub swapping: tokio::sync::Mutex<()>,
+    /// Where the tenant's spare instance waits for its next call.
+    pub spare: Arc<Slot>,
 }
 
 impl Tenant {
@@ -33,6 +36,7 @@ impl Tenant {
             plugin: ArcSwap::from_pointee(plugin),
             calls: tokio::sync::Semaphore::new(permits),
             swapping: tokio::sync::Mutex::new(()),
+            spare: Arc::default(),
         }
     }
 

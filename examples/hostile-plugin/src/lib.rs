@@ -10,6 +10,7 @@
 //! | `fetch` | reach any URL it is given | refused unless on the allow-list |
 //! | `peek` | read keys outside its namespace | sees only its own keys |
 //! | `escape` | read files, environment, open sockets | nothing there |
+//! | `remember` | keep memory from an earlier call | every call starts in an instance that ran nothing |
 //! | `ping` | nothing: a well-behaved call | answers |
 //!
 //! Build with `cargo build -p settle-hostile --target wasm32-wasip2 --release`.
@@ -29,7 +30,7 @@ use serde_json::{Value as Json, json};
 /// it as used even though only the component exports it.
 pub struct Plugin;
 
-const TOOLS: [(&str, &str); 7] = [
+const TOOLS: [(&str, &str); 8] = [
     ("ping", "Answers at once."),
     ("spin", "Loops forever."),
     ("bomb", "Allocates memory until stopped."),
@@ -43,7 +44,15 @@ const TOOLS: [(&str, &str); 7] = [
         "escape",
         "Looks for files, environment variables and sockets.",
     ),
+    (
+        "remember",
+        "Counts the calls its instance has served, this one included.",
+    ),
 ];
+
+/// Calls this instance has served: 1 in every call, unless an instance
+/// (or its memory) outlives a call.
+static CALLS_SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn text_result(value: Json, is_error: bool) -> CallOutcome {
     CallOutcome::Complete(
@@ -162,6 +171,10 @@ impl Guest for Plugin {
                 Ok(peek(bucket, &text("key")))
             }
             "escape" => Ok(escape()),
+            "remember" => {
+                let seen = CALLS_SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                Ok(text_result(json!({"calls_seen": seen}), false))
+            }
             other => Err(CallError::UnknownTool(other.to_string())),
         }
     }

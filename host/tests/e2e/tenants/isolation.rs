@@ -281,3 +281,42 @@ async fn a_hostile_fault_is_logged_with_the_tenant_name() {
     assert!(log.contains("plugin trapped"), "{log}");
     assert!(log.contains("hostile plugin trapped on purpose"), "{log}");
 }
+
+// A call takes the tenant's spare instance, made while the call before it
+// ran (`settle::instances`): back-to-back calls are the case where a spare
+// is taken, and each must still find an instance that served nothing.
+#[tokio::test]
+async fn every_call_runs_in_an_instance_that_served_no_call_before() {
+    let (_sim, _dir, t) = alice_and_mallory("").await;
+    let mallory = t.client("mallory").await;
+    for n in 0..20 {
+        let seen = structured(&complete(call(&mallory, "remember", json!({})).await));
+        assert_eq!(seen["calls_seen"], 1, "call {n}: {seen}");
+    }
+    t.server.stop().await;
+}
+
+// A spare is made ahead of its call, possibly long before: the call's
+// deadline must count from the call's start, not from the spare's making.
+#[tokio::test]
+async fn a_call_on_a_spare_made_long_before_gets_its_whole_deadline() {
+    let timeout = Duration::from_millis(500);
+    let (_sim, _dir, t) = alice_and_mallory("call_timeout_ms = 500").await;
+    let mallory = t.client("mallory").await;
+    complete(call(&mallory, "ping", json!({})).await);
+    // Not a wait for a condition: the subject of the test is that the
+    // spare made during `ping` has outlived a whole call timeout.
+    tokio::time::sleep(timeout + Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let err = mallory
+        .call_tool_once(CallToolRequestParams::new("spin").with_arguments(args(json!({}))))
+        .await
+        .expect_err("the spin is stopped");
+    let ran = started.elapsed();
+    assert!(err.to_string().contains("deadline"), "{err}");
+    assert!(
+        ran >= timeout - Duration::from_millis(50),
+        "the spin was stopped after {ran:?}, before its {timeout:?}"
+    );
+    t.server.stop().await;
+}
