@@ -31,7 +31,8 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 /// Spares that may wait at once, across all tenants: each holds a slot of
 /// the pooling allocator and its memory, so a runner with many tenants
-/// keeps spares only for the first ones to be called.
+/// keeps spares only for some of them. Tenants live as long as the runner
+/// that serves them, so a spare is counted off only when it is taken.
 const MAX_SPARES: usize = 64;
 
 /// A fresh instance and what its call needs to judge how it ended.

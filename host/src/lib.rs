@@ -8,7 +8,7 @@
 //! - [`app`]: wiring a configuration into a running runner, and stopping it.
 //! - [`mcp`]: the MCP handler (rmcp) and the stdio and HTTP transports.
 //! - [`runtime`]: wasmtime: engine, linker, one store per call, its faults.
-//! - [`instances`]: making a call's instance (ahead of it, as a tenant's spare) and dropping it.
+//! - [`instances`]: making a call's instance, ahead of the call (a tenant's spare) when idle.
 //! - [`contract`]: which `settle:plugin` version a component was built for.
 //! - [`admit`]: the check a plugin passes before it serves a tenant.
 //! - [`bindings`]: the host's only `bindgen!`.
