@@ -170,8 +170,8 @@ impl Spares {
 
     /// The spare in `slot`, if it is an instance of `plugin`; a spare of an
     /// earlier plugin is dropped. With `refill`, the next spare is made on
-    /// a task of its own (unless one is being made already, or the plugin
-    /// could not be made a spare of before).
+    /// a task of its own (unless one is being made already, the plugin
+    /// could not be made a spare of before, or [`MAX_SPARES`] wait).
     pub fn take(
         &self,
         slot: &Arc<Slot>,
@@ -189,7 +189,10 @@ impl Spares {
                 state.refused = None;
             }
             let spare = state.spare.take();
-            let refill = refill && !state.filling && state.refused.is_none();
+            let refill = refill
+                && !state.filling
+                && state.refused.is_none()
+                && self.waiting.load(Ordering::Relaxed) < MAX_SPARES;
             if refill {
                 state.filling = true;
             }
@@ -208,8 +211,7 @@ impl Spares {
     }
 }
 
-/// Makes a spare of `plugin` for `slot`, unless the runner keeps
-/// [`MAX_SPARES`] already.
+/// Makes a spare of `plugin` for `slot`.
 async fn fill(
     maker: Maker,
     slot: Arc<Slot>,
@@ -217,30 +219,23 @@ async fn fill(
     plugin: Arc<Plugin>,
     waiting: Arc<AtomicUsize>,
 ) {
-    let made = if waiting.load(Ordering::Relaxed) < MAX_SPARES {
-        Some(maker.make(&context, plugin.clone(), None).await)
-    } else {
-        None
-    };
+    let made = maker.make(&context, plugin.clone(), None).await;
     let mut state = slot.state.lock().unwrap_or_else(|e| e.into_inner());
     state.filling = false;
-    let unneeded = match made {
-        Some(Ok(fresh)) if state.spare.is_none() => {
+    match made {
+        // Only one spare is made for a slot at a time, and every take
+        // empties the slot: it is empty here.
+        Ok(fresh) => {
+            debug_assert!(state.spare.is_none(), "a slot filled twice");
             state.spare = Some(fresh);
             waiting.fetch_add(1, Ordering::Relaxed);
-            None
         }
-        Some(Ok(fresh)) => Some(fresh),
-        None => None,
-        Some(Err(reason)) => {
+        Err(reason) => {
             tracing::debug!(
                 tenant = %context.name,
                 "no spare instance for this plugin: {reason}"
             );
             state.refused = Some(Arc::downgrade(&plugin));
-            None
         }
-    };
-    drop(state);
-    drop(unneeded);
+    }
 }

@@ -202,10 +202,10 @@ impl Runtime {
     ) -> Result<Call<'t>, Fault> {
         let permit = admit(tenant).await?;
         let plugin = tenant.plugin.load_full();
-        // Only a call alone makes the next spare: with others in flight the
-        // cores are busy, and making it ahead would save no time.
-        let limit = tenant.context.limits.max_concurrent_calls.max(1);
-        let alone = tenant.calls.available_permits() + 1 >= limit;
+        // Only a call alone (this one holds a permit) makes the next spare:
+        // with others in flight the cores are busy, and making it ahead
+        // would save no time.
+        let alone = tenant.calls_in_flight() <= 1;
         crate::timeline!("instance starts");
         let fresh = match self
             .spares

@@ -30,7 +30,7 @@ pub struct Tenant {
 impl Tenant {
     /// A tenant serving `plugin`.
     pub fn new(context: TenantContext, plugin: Plugin) -> Tenant {
-        let permits = context.limits.max_concurrent_calls.max(1);
+        let permits = call_permits(&context);
         Tenant {
             context: Arc::new(context),
             plugin: ArcSwap::from_pointee(plugin),
@@ -44,6 +44,17 @@ impl Tenant {
     pub fn name(&self) -> &str {
         &self.context.name
     }
+
+    /// The tenant's calls running now (those that hold a permit of
+    /// [`Tenant::calls`]).
+    pub fn calls_in_flight(&self) -> usize {
+        call_permits(&self.context).saturating_sub(self.calls.available_permits())
+    }
+}
+
+/// How many calls of a tenant may run at once.
+fn call_permits(context: &TenantContext) -> usize {
+    context.limits.max_concurrent_calls.max(1)
 }
 
 /// Every tenant the runner serves, by name and by store namespace.
