@@ -80,6 +80,11 @@ fn build(workspace: &Path) -> PathBuf {
             command.env_remove(key.as_ref());
         }
     }
+    // The plugin is optimised as one program, as `make guest` builds it
+    // (the Makefile's PLUGIN_OPTIMISE says why).
+    command
+        .env("CARGO_PROFILE_RELEASE_LTO", "fat")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1");
     let status = command
         .status()
         .unwrap_or_else(|e| panic!("cannot run cargo to build the built-in plugin: {e}"));
