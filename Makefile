@@ -16,7 +16,7 @@ PLUGINS := -p settle-devices -p settle-fixtures -p settle-hostile -p settle-hell
 export SETTLE_BUILTIN_PLUGIN ?= $(CURDIR)/$(PLUGIN)
 # The device plugin is optimised as one program (fat LTO, one codegen unit):
 # code from serde_json and the standard library is inlined into the
-# plugin's own. The plugin's part of a call took about 9 % less time
+# plugin's own. The plugin's part of a call took about 8 % less time
 # (docs/performance.md, "Twelfth round").
 # Only the plugin's build gets it: the runner's would take many minutes
 # longer. host/build.rs sets the same for the plugin it builds itself.
