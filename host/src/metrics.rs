@@ -2,8 +2,9 @@
 //! `/metrics`: plugin calls and their latency, tasks by outcome, denied
 //! outbound requests, plugin faults and plugin swaps, and what the HTTP
 //! server's limits did (open and refused connections, header-read
-//! timeouts, open and refused listen streams, rate-limited requests), and
-//! which route each MCP POST took (served directly or through rmcp).
+//! timeouts, open and refused listen streams, rate-limited requests),
+//! which route each MCP POST took (served directly or through rmcp), and
+//! whether each call's fresh instance was made ahead of it or for it.
 //!
 //! Labels are tenant names, call names, outcomes and statuses only: never a
 //! token, a URL or anything a device reported.
@@ -41,6 +42,12 @@ struct RouteLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InstanceLabels {
+    tenant: String,
+    made: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FaultLabels {
     tenant: String,
     kind: String,
@@ -67,6 +74,7 @@ pub struct Metrics {
     listen_refused: Family<TenantLabels, Counter>,
     rate_limited: Family<TenantLabels, Counter>,
     mcp_requests: Family<RouteLabels, Counter>,
+    instances: Family<InstanceLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -152,6 +160,12 @@ impl Default for Metrics {
             "MCP POSTs by tenant and route: direct (a stateless tools/call or tasks/get served without rmcp's per-request service) or rmcp",
             mcp_requests.clone(),
         );
+        let instances = Family::<InstanceLabels, Counter>::default();
+        registry.register(
+            "plugin_instances",
+            "Fresh plugin instances calls ran in, by tenant and when each was made: ahead (a spare, made while the tenant's previous call waited) or inline (made for the call)",
+            instances.clone(),
+        );
         Metrics {
             registry,
             calls,
@@ -167,6 +181,7 @@ impl Default for Metrics {
             listen_refused,
             rate_limited,
             mcp_requests,
+            instances,
         }
     }
 }
@@ -286,6 +301,18 @@ impl Metrics {
             .inc();
     }
 
+    /// A call of `tenant` got its fresh instance: a spare made `ahead` of
+    /// it, or one made inline. Shows operators whether spares are used, and
+    /// lets a test see that one was.
+    pub fn instance(&self, tenant: &str, ahead: bool) {
+        self.instances
+            .get_or_create(&InstanceLabels {
+                tenant: tenant.to_string(),
+                made: if ahead { "ahead" } else { "inline" },
+            })
+            .inc();
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -313,6 +340,9 @@ mod tests {
         m.listen_stream("alice", true);
         m.listen_refused("bob");
         m.rate_limited("alice");
+        m.instance("alice", true);
+        m.instance("alice", true);
+        m.instance("bob", false);
         let text = m.render();
         for line in [
             "settle_http_connections 1",
@@ -321,6 +351,8 @@ mod tests {
             r#"settle_listen_streams{tenant="alice"} 1"#,
             r#"settle_listen_refused_total{tenant="bob"} 1"#,
             r#"settle_rate_limited_total{tenant="alice"} 1"#,
+            r#"settle_plugin_instances_total{tenant="alice",made="ahead"} 2"#,
+            r#"settle_plugin_instances_total{tenant="bob",made="inline"} 1"#,
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }

@@ -207,10 +207,11 @@ impl Runtime {
         // would save no time.
         let alone = tenant.calls_in_flight() <= 1;
         crate::timeline!("instance starts");
-        let fresh = match self
+        let spare = self
             .spares
-            .take(&tenant.spare, &tenant.context, &plugin, alone)
-        {
+            .take(&tenant.spare, &tenant.context, &plugin, alone);
+        let ahead = spare.is_some();
+        let fresh = match spare {
             Some(mut spare) => {
                 spare.arm(tenant.context.limits.call_timeout, request);
                 spare
@@ -221,6 +222,7 @@ impl Runtime {
                 .await
                 .map_err(Fault::Instantiate)?,
         };
+        tenant.context.metrics.instance(tenant.name(), ahead);
         crate::timeline!("instance ready");
         Ok(Call::new(tenant, fresh, permit))
     }
@@ -239,6 +241,7 @@ impl Runtime {
             .make(&tenant.context, plugin, request)
             .await
             .map_err(Fault::Instantiate)?;
+        tenant.context.metrics.instance(tenant.name(), false);
         Ok(Call::new(tenant, fresh, permit))
     }
 

@@ -293,6 +293,20 @@ async fn every_call_runs_in_an_instance_that_served_no_call_before() {
         let seen = structured(&complete(call(&mallory, "remember", json!({})).await));
         assert_eq!(seen["calls_seen"], 1, "call {n}: {seen}");
     }
+    // Back to back, each call alone, so spares were made and taken: the
+    // calls above ran in spares, not only in instances made for them.
+    let metrics = t.metrics().await;
+    let ahead = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"settle_plugin_instances_total{tenant="mallory",made="ahead"} "#)
+        })
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(
+        ahead >= 1,
+        "no call of mallory's ran in a spare:\n{metrics}"
+    );
     t.server.stop().await;
 }
 
