@@ -62,16 +62,22 @@ pub enum Fault {
     /// No instance could be made (no pool slot, shutdown, a link failure).
     #[error("plugin could not be instantiated: {0}")]
     Instantiate(String),
+    /// The call returned, but what it wrote could not be put on disk, so
+    /// its answer is not given: it might not survive a crash.
+    #[error("the call's writes could not be put on disk: {0}")]
+    Store(String),
 }
 
 impl Fault {
-    /// A short name for metrics: `deadline`, `memory`, `trap`, `instantiate`.
+    /// A short name for metrics: `deadline`, `memory`, `trap`,
+    /// `instantiate`, `store`.
     pub fn kind(&self) -> &'static str {
         match self {
             Fault::Deadline(_) => "deadline",
             Fault::Memory(_) => "memory",
             Fault::Trap(_) => "trap",
             Fault::Instantiate(_) => "instantiate",
+            Fault::Store(_) => "store",
         }
     }
 }
@@ -432,6 +438,7 @@ struct Call<'t> {
 impl<'t> Call<'t> {
     /// The call `fresh` serves for `tenant`, holding one of its `permit`s.
     fn new(tenant: &'t Tenant, fresh: Fresh, permit: tokio::sync::SemaphorePermit<'t>) -> Call<'t> {
+        let writes = fresh.store.data().kv.store.clone();
         Call {
             store: fresh.store,
             instance: fresh.instance,
@@ -441,6 +448,7 @@ impl<'t> Call<'t> {
                 memory_hit: fresh.memory_hit,
                 stderr: fresh.stderr,
                 source: fresh.plugin.source.clone(),
+                writes,
                 _permit: permit,
             },
         }
@@ -456,12 +464,18 @@ struct Probe<'t> {
     stderr: MemoryOutputPipe,
     /// The file the running plugin was loaded from, for the log.
     source: PathBuf,
+    /// The call's handle on the store: flushed before the call's answer
+    /// goes anywhere if the call wrote, or read what is not on disk yet.
+    writes: crate::store::Store,
     _permit: tokio::sync::SemaphorePermit<'t>,
 }
 
 impl Probe<'_> {
     /// Runs the call under its deadline and turns a failure into a [`Fault`],
-    /// logged with the tenant's name; counts it either way.
+    /// logged with the tenant's name; counts it either way. Whatever the
+    /// call wrote, or read that was not yet on disk, is on disk before its
+    /// answer is returned: an answer never tells of a write a crash could
+    /// undo.
     async fn guard<R>(
         &self,
         what: &str,
@@ -470,13 +484,16 @@ impl Probe<'_> {
         let started = std::time::Instant::now();
         let metrics = &self.tenant.context.metrics;
         let tenant = self.tenant.name();
-        let fault = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(value)) => {
+        let ended = tokio::time::timeout(self.timeout, call).await;
+        let flushed = self.writes.flush_owed().await;
+        let fault = match (ended, flushed) {
+            (Ok(Ok(value)), Ok(())) => {
                 metrics.call(tenant, what, "ok", started.elapsed());
                 return Ok(value);
             }
-            Err(_elapsed) => Fault::Deadline(self.timeout),
-            Ok(Err(error)) => self.classify(&error),
+            (Err(_elapsed), _) => Fault::Deadline(self.timeout),
+            (Ok(Err(error)), _) => self.classify(&error),
+            (Ok(Ok(_)), Err(e)) => Fault::Store(e.to_string()),
         };
         metrics.call(tenant, what, fault.kind(), started.elapsed());
         metrics.fault(tenant, fault.kind());

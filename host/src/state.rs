@@ -50,6 +50,9 @@ impl HostState {
         request: Option<Arc<dyn RequestNotifier>>,
         pool: Arc<ConnectionPool>,
     ) -> HostState {
+        // The call's own handle: its writes reach the disk together, before
+        // anything they led to leaves the runner (`Store::deferring`).
+        let store = store.deferring();
         let wasi = WasiCtxBuilder::new()
             .stderr(stderr)
             .allow_tcp(false)
@@ -63,6 +66,7 @@ impl HostState {
             hooks: PolicyHooks {
                 tenant: tenant.clone(),
                 pool,
+                writes: store.clone(),
             },
             kv: KvCtx {
                 store,

@@ -78,7 +78,11 @@ async fn exchange(
     };
     let pool = hooks.pool.clone();
     let tenant = hooks.tenant.name.clone();
+    let writes = hooks.writes.clone();
     let exchange = async move {
+        super::http::before_sending(&writes, outgoing.method())
+            .await
+            .map_err(|e| wit::FetchError::Failed(format!("not sent: {e}")))?;
         let (response, io) = pool
             .send(&tenant, outgoing, options)
             .await
@@ -224,6 +228,7 @@ mod tests {
         PolicyHooks {
             tenant: TenantContext::for_tests("t", policy),
             pool: ConnectionPool::new(),
+            writes: crate::store::Store::memory(),
         }
     }
 

@@ -8,6 +8,7 @@
 use super::pool::ConnectionPool;
 use crate::context::TenantContext;
 use crate::policy::OutboundPolicy;
+use crate::store::{Store, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
@@ -23,6 +24,21 @@ pub struct PolicyHooks {
     pub tenant: Arc<TenantContext>,
     /// Keep-alive connections shared by every call of the runner.
     pub pool: Arc<ConnectionPool>,
+    /// The call's handle on the store, flushed before a request that may
+    /// change something leaves ([`before_sending`]).
+    pub writes: Store,
+}
+
+/// Puts everything committed so far on disk before a request with an
+/// unsafe method leaves: a device must never act on a command whose task
+/// a crash could still lose, nor on a decision made from such a write. A
+/// safe method (GET, HEAD, OPTIONS, TRACE: RFC 9110, section 9.2.1) asks
+/// the server to change nothing, so it does not wait.
+pub async fn before_sending(writes: &Store, method: &http::Method) -> Result<(), StoreError> {
+    if method.is_safe() {
+        return Ok(());
+    }
+    writes.flush().await
 }
 
 fn capped(wait: Option<Duration>) -> Option<Duration> {
@@ -78,7 +94,13 @@ impl WasiHttpHooks for PolicyHooks {
         options.first_byte_timeout = capped(options.first_byte_timeout);
         options.between_bytes_timeout = capped(options.between_bytes_timeout);
         let (pool, tenant) = (self.pool.clone(), self.tenant.name.clone());
-        Box::new(async move { pool.send(&tenant, request, options).await })
+        let writes = self.writes.clone();
+        Box::new(async move {
+            before_sending(&writes, request.method())
+                .await
+                .map_err(|e| Error::InternalError(Some(format!("not sent: {e}"))))?;
+            pool.send(&tenant, request, options).await
+        })
     }
 }
 
@@ -101,6 +123,7 @@ mod tests {
         PolicyHooks {
             tenant: TenantContext::for_tests("t", policy),
             pool: ConnectionPool::new(),
+            writes: Store::memory(),
         }
     }
 

@@ -67,6 +67,21 @@ fn too_many() -> wit::ScheduleError {
     wit::ScheduleError::TooMany(MAX_WAKES_PER_CALL as u32)
 }
 
+impl RunnerView<'_> {
+    /// Puts what the runner has committed on disk before a notice leaves
+    /// for listeners: a notice never tells of a change a crash could undo.
+    /// `false` (logged) when that failed; the notice is then not sent.
+    async fn flushed_before(&self, notice: &str) -> bool {
+        match self.kv.store.flush().await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(tenant = %self.tenant.name, "{notice} not sent to listeners: {e}");
+                false
+            }
+        }
+    }
+}
+
 impl wit::Host for RunnerView<'_> {
     async fn schedule(
         &mut self,
@@ -107,6 +122,9 @@ impl wit::Host for RunnerView<'_> {
     }
 
     async fn task_changed(&mut self, task: TaskView) -> wasmtime::Result<()> {
+        if !self.flushed_before("a change of a task").await {
+            return Ok(());
+        }
         if task.status.is_terminal() {
             self.tenant
                 .metrics
@@ -117,6 +135,9 @@ impl wit::Host for RunnerView<'_> {
     }
 
     async fn resource_updated(&mut self, uri: String) -> wasmtime::Result<()> {
+        if !self.flushed_before("a change of a resource").await {
+            return Ok(());
+        }
         self.tenant.events.publish_resource(&self.tenant.name, &uri);
         Ok(())
     }
@@ -127,6 +148,9 @@ impl wit::Host for RunnerView<'_> {
             wit::ListKind::Prompts => Event::PromptsListChanged,
             wit::ListKind::Resources => Event::ResourcesListChanged,
         };
+        if !self.flushed_before("a change of a list").await {
+            return Ok(());
+        }
         self.tenant
             .events
             .publish_list_changed(&self.tenant.name, event);

@@ -14,6 +14,7 @@ use redb_file::RedbStore;
 use redis_server::RedisStore;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A store failure. The plugin sees it as `wasi:keyvalue` `other(..)`, the
 /// scheduler retries, MCP callers get an internal error that says so.
@@ -62,9 +63,31 @@ pub enum Relay {
     Redis(redis::Client),
 }
 
+/// When a write must be on disk (the file backend; Redis and memory keep
+/// their own rules and ignore it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Before the write is acknowledged.
+    OnWrite,
+    /// By the next [`Store::flush`] (or sooner: a write that finds others
+    /// waiting shares their fsync). The writes of a plugin call: a call
+    /// writes several times, and only what leaves the runner (an outbound
+    /// request that may change something, a notification, the call's
+    /// answer) needs what came before it on disk. One fsync then covers
+    /// them all, and every other call's waiting writes too.
+    AtFlush,
+}
+
 /// Where state lives. Cheap to clone; clones share the backend.
 #[derive(Clone)]
-pub struct Store(Backend);
+pub struct Store {
+    backend: Backend,
+    /// How this handle's writes reach the disk.
+    durability: Durability,
+    /// A deferring handle's mark: it wrote, or read a value not yet on
+    /// disk, since its last [`Store::flush_owed`].
+    owed: Option<Arc<AtomicBool>>,
+}
 
 #[derive(Clone)]
 enum Backend {
@@ -96,18 +119,98 @@ pub(crate) fn split_task_ref(task_ref: &str) -> Option<(&str, &str)> {
 impl Store {
     /// A store in process memory, empty.
     pub fn memory() -> Store {
-        Store(Memory(Arc::new(MemoryStore::default())))
+        Store::on(Memory(Arc::new(MemoryStore::default())))
+    }
+
+    fn on(backend: Backend) -> Store {
+        Store {
+            backend,
+            durability: Durability::OnWrite,
+            owed: None,
+        }
+    }
+
+    /// The same store for one plugin call: its writes are on disk by the
+    /// next [`Store::flush`] instead of when each is acknowledged
+    /// ([`Durability::AtFlush`]), and the handle remembers whether the
+    /// call wrote or read anything not yet on disk, so that
+    /// [`Store::flush_owed`] waits only when the call's answer depends on
+    /// such a write.
+    pub fn deferring(&self) -> Store {
+        Store {
+            backend: self.backend.clone(),
+            durability: Durability::AtFlush,
+            owed: Some(Arc::new(AtomicBool::new(false))),
+        }
+    }
+
+    /// Flushes if this handle wrote, or read a value not yet on disk, since
+    /// its last flush: the step before a call's answer leaves.
+    pub async fn flush_owed(&self) -> StoreResult<()> {
+        match &self.owed {
+            Some(owed) if owed.swap(false, Ordering::AcqRel) => self.flush().await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether [`Store::flush_owed`] would flush now.
+    #[cfg(test)]
+    pub(crate) fn owes_flush(&self) -> bool {
+        self.owed
+            .as_ref()
+            .is_some_and(|owed| owed.load(Ordering::Acquire))
+    }
+
+    /// Marks a deferring handle as owing a flush.
+    fn owe(&self) {
+        if let Some(owed) = &self.owed {
+            owed.store(true, Ordering::Release);
+        }
+    }
+
+    /// After a read of `key` in `ns`: a deferring handle owes a flush when
+    /// the value it read may not be on disk yet.
+    fn saw(&self, ns: &str, key: &str) {
+        if self.owed.is_some() && self.unflushed(ns, key) {
+            self.owe();
+        }
+    }
+
+    /// Puts every write acknowledged so far on disk (the file backend; the
+    /// others already are, by their own rules). At once when nothing waits.
+    pub async fn flush(&self) -> StoreResult<()> {
+        match &self.backend {
+            Redb(r) => r.flush().await,
+            Memory(_) | Redis(_) => Ok(()),
+        }
+    }
+
+    /// Whether the value of `key` in `ns` may not be on disk yet: a caller
+    /// that read it flushes before it passes on what it read.
+    pub fn unflushed(&self, ns: &str, key: &str) -> bool {
+        match &self.backend {
+            Redb(r) => r.unflushed(&full_key(ns, key)),
+            Memory(_) | Redis(_) => false,
+        }
+    }
+
+    /// Whether any write may not be on disk yet.
+    pub fn any_unflushed(&self) -> bool {
+        match &self.backend {
+            Redb(r) => r.any_unflushed(),
+            Memory(_) | Redis(_) => false,
+        }
     }
 
     /// Opens (or creates) a redb file.
     pub fn open_file(path: &Path) -> StoreResult<Store> {
-        Ok(Store(Redb(Arc::new(RedbStore::open(path)?))))
+        Ok(Store::on(Redb(Arc::new(RedbStore::open(path)?))))
     }
 
     /// Connects to Redis (`redis://host:port/db`); the connection is made
     /// on first use and remade after failures.
     pub fn open_redis(url: &str) -> StoreResult<Store> {
-        Ok(Store(Redis(Arc::new(RedisStore::open(url)?))))
+        Ok(Store::on(Redis(Arc::new(RedisStore::open(url)?))))
     }
 
     /// Chooses a backend from a `--store` value: `memory`, a `redis://` URL,
@@ -126,7 +229,7 @@ impl Store {
     /// `None` when the store is not shared. Each backend that can be shared
     /// says how for itself, so a new one cannot be taken for another.
     pub fn relay(&self) -> Option<Relay> {
-        match &self.0 {
+        match &self.backend {
             Memory(_) | Redb(_) => None,
             Redis(r) => Some(Relay::Redis(r.client())),
         }
@@ -134,31 +237,39 @@ impl Store {
 
     /// The value of `key` in namespace `ns`.
     pub async fn get(&self, ns: &str, key: &str) -> StoreResult<Option<Vec<u8>>> {
-        match &self.0 {
+        let value = match &self.backend {
             Memory(m) => Ok(m.get(&full_key(ns, key))),
             Redb(r) => r.get(full_key(ns, key)).await,
             Redis(r) => r.get(&full_key(ns, key)).await,
-        }
+        };
+        self.saw(ns, key);
+        value
     }
 
     /// Several values in one round trip, in the order of `keys`.
     pub async fn get_many(&self, ns: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
-        let keys: Vec<String> = keys.iter().map(|k| full_key(ns, k)).collect();
-        match &self.0 {
-            Memory(m) => Ok(keys.iter().map(|k| m.get(k)).collect()),
-            Redb(r) => r.get_many(keys).await,
-            Redis(r) => r.get_many(&keys).await,
+        let full: Vec<String> = keys.iter().map(|k| full_key(ns, k)).collect();
+        let values = match &self.backend {
+            Memory(m) => Ok(full.iter().map(|k| m.get(k)).collect()),
+            Redb(r) => r.get_many(full).await,
+            Redis(r) => r.get_many(&full).await,
+        };
+        for key in keys {
+            self.saw(ns, key);
         }
+        values
     }
 
-    /// Writes a value; durable when this returns (file backend).
+    /// Writes a value; on disk when this returns, or by the next flush
+    /// (file backend, [`Durability`]).
     pub async fn set(&self, ns: &str, key: &str, value: Vec<u8>) -> StoreResult<()> {
-        match &self.0 {
+        self.owe();
+        match &self.backend {
             Memory(m) => {
                 m.set(full_key(ns, key), value);
                 Ok(())
             }
-            Redb(r) => r.set(full_key(ns, key), value).await,
+            Redb(r) => r.set(full_key(ns, key), value, self.durability).await,
             Redis(r) => r.set(&full_key(ns, key), value).await,
         }
     }
@@ -168,41 +279,44 @@ impl Store {
     /// records of every task a device reading ended) waits for one disk
     /// flush, not one each.
     pub async fn set_many(&self, ns: &str, pairs: Vec<(String, Vec<u8>)>) -> StoreResult<()> {
+        self.owe();
         let pairs: Vec<(String, Vec<u8>)> = pairs
             .into_iter()
             .map(|(key, value)| (full_key(ns, &key), value))
             .collect();
-        match &self.0 {
+        match &self.backend {
             Memory(m) => {
                 m.set_many(pairs);
                 Ok(())
             }
-            Redb(r) => r.set_many(pairs).await,
+            Redb(r) => r.set_many(pairs, self.durability).await,
             Redis(r) => r.set_many(&pairs).await,
         }
     }
 
     /// Removes several keys as one change (see [`Store::set_many`]).
     pub async fn delete_many(&self, ns: &str, keys: &[String]) -> StoreResult<()> {
+        self.owe();
         let keys: Vec<String> = keys.iter().map(|key| full_key(ns, key)).collect();
-        match &self.0 {
+        match &self.backend {
             Memory(m) => {
                 m.delete_many(&keys);
                 Ok(())
             }
-            Redb(r) => r.delete_many(keys).await,
+            Redb(r) => r.delete_many(keys, self.durability).await,
             Redis(r) => r.delete_many(&keys).await,
         }
     }
 
     /// Removes a key; removing a missing key is not an error.
     pub async fn delete(&self, ns: &str, key: &str) -> StoreResult<()> {
-        match &self.0 {
+        self.owe();
+        match &self.backend {
             Memory(m) => {
                 m.delete(&full_key(ns, key));
                 Ok(())
             }
-            Redb(r) => r.delete(full_key(ns, key)).await,
+            Redb(r) => r.delete(full_key(ns, key), self.durability).await,
             Redis(r) => r.delete(&full_key(ns, key)).await,
         }
     }
@@ -214,12 +328,15 @@ impl Store {
         ns: &str,
         cursor: Option<String>,
     ) -> StoreResult<(Vec<String>, Option<String>)> {
+        if self.any_unflushed() {
+            self.owe();
+        }
         let prefix = full_key(ns, "");
         let start = match &cursor {
             Some(c) => full_key(ns, c),
             None => prefix.clone(),
         };
-        let full = match &self.0 {
+        let full = match &self.backend {
             Memory(m) => m.keys_after(&prefix, &start, cursor.is_some(), LIST_PAGE + 1),
             Redb(r) => {
                 r.keys_after(prefix.clone(), start, cursor.is_some(), LIST_PAGE + 1)
@@ -252,42 +369,55 @@ impl Store {
         expected: Option<Vec<u8>>,
         new: Vec<u8>,
     ) -> StoreResult<bool> {
-        match &self.0 {
+        self.owe();
+        match &self.backend {
             Memory(m) => Ok(m.compare_and_swap(full_key(ns, key), expected.as_deref(), new)),
-            Redb(r) => r.compare_and_swap(full_key(ns, key), expected, new).await,
+            Redb(r) => {
+                r.compare_and_swap(full_key(ns, key), expected, new, self.durability)
+                    .await
+            }
             Redis(r) => r.compare_and_swap(&full_key(ns, key), expected, new).await,
         }
     }
 
     /// Adds `delta` to a decimal integer value (absent counts as 0).
     pub async fn increment(&self, ns: &str, key: &str, delta: i64) -> StoreResult<i64> {
-        match &self.0 {
+        self.owe();
+        match &self.backend {
             Memory(m) => m.increment(full_key(ns, key), delta),
-            Redb(r) => r.increment(full_key(ns, key), delta).await,
+            Redb(r) => r.increment(full_key(ns, key), delta, self.durability).await,
             Redis(r) => r.increment(&full_key(ns, key), delta).await,
         }
     }
 
     /// Sets (or moves) the wake-up of each task.
     pub async fn schedule(&self, ns: &str, wakes: &[Wake]) -> StoreResult<()> {
-        match &self.0 {
+        self.owe();
+        match &self.backend {
             Memory(m) => {
                 m.schedule(ns, wakes);
                 Ok(())
             }
-            Redb(r) => r.schedule(ns.to_string(), wakes.to_vec()).await,
+            Redb(r) => {
+                r.schedule(ns.to_string(), wakes.to_vec(), self.durability)
+                    .await
+            }
             Redis(r) => r.schedule(ns, wakes).await,
         }
     }
 
     /// Removes the wake-ups of these tasks.
     pub async fn unschedule(&self, ns: &str, task_ids: &[String]) -> StoreResult<()> {
-        match &self.0 {
+        self.owe();
+        match &self.backend {
             Memory(m) => {
                 m.unschedule(ns, task_ids);
                 Ok(())
             }
-            Redb(r) => r.unschedule(ns.to_string(), task_ids.to_vec()).await,
+            Redb(r) => {
+                r.unschedule(ns.to_string(), task_ids.to_vec(), self.durability)
+                    .await
+            }
             Redis(r) => r.unschedule(ns, task_ids).await,
         }
     }
@@ -301,7 +431,7 @@ impl Store {
         lease_ms: u64,
         limit: usize,
     ) -> StoreResult<Vec<Due>> {
-        match &self.0 {
+        match &self.backend {
             Memory(m) => Ok(m.claim_due(now_ms, lease_ms, limit)),
             Redb(r) => r.claim_due(now_ms, lease_ms, limit).await,
             Redis(r) => r.claim_due(now_ms, lease_ms, limit).await,
@@ -310,7 +440,7 @@ impl Store {
 
     /// When the earliest wake is, if any.
     pub async fn next_due_ms(&self) -> StoreResult<Option<u64>> {
-        match &self.0 {
+        match &self.backend {
             Memory(m) => Ok(m.next_due_ms()),
             Redb(r) => r.next_due_ms().await,
             Redis(r) => r.next_due_ms().await,
@@ -319,7 +449,7 @@ impl Store {
 
     /// A cheap round trip, for readiness checks.
     pub async fn ping(&self) -> StoreResult<()> {
-        match &self.0 {
+        match &self.backend {
             Redis(r) => r.ping().await,
             _ => self.next_due_ms().await.map(|_| ()),
         }

@@ -1,20 +1,35 @@
-//! The embedded backend: one redb file, durable on every commit.
+//! The embedded backend: one redb file.
 //!
 //! Writes go through one writer thread that commits them in groups: every
 //! write waiting when a transaction starts joins it, and all of them are
-//! acknowledged after the one commit (fsync). An acknowledged write survives
-//! `kill -9`, and many concurrent writers share the cost of a commit instead
-//! of queueing behind one commit each. Reads run against a snapshot: point
-//! reads on the calling thread (a few microseconds from redb's page cache,
-//! where a hop to tokio's blocking pool and back cost about 100 µs here),
-//! scans on the blocking pool.
+//! acknowledged after the one commit. Many concurrent writers share the
+//! cost of a commit instead of queueing behind one commit each.
+//!
+//! A write asks for one of two [`Durability`]s. [`Durability::OnWrite`] is
+//! on disk (fsync) when it is acknowledged and survives `kill -9`.
+//! [`Durability::AtFlush`] may be committed without the fsync: every reader
+//! sees it at once, and it reaches the disk with the next fsync'd commit,
+//! which [`RedbStore::flush`] forces. It is, when it reaches the writer
+//! alone; a write that finds others waiting shares their fsync, as every
+//! write did before. So one command at a time (an agent's usual pace) pays
+//! one fsync where its call needs one instead of one per write, and under
+//! load the fsyncs are shared as before and the flushes find nothing left.
+//! redb keeps commits in order, so a crash loses at most a suffix of the
+//! writes not yet flushed, never one from the middle. Keys written without
+//! the fsync are remembered until it ([`RedbStore::unflushed`]), so a
+//! reader can tell it saw such a value.
+//!
+//! Reads run against a snapshot: point reads on the calling thread (a few
+//! microseconds from redb's page cache, where a hop to tokio's blocking pool
+//! and back cost about 100 µs here), scans on the blocking pool.
 
 use super::memory::parse_counter;
-use super::{Due, StoreError, StoreResult, Wake, split_task_ref, task_ref};
+use super::{Due, Durability, StoreError, StoreResult, Wake, split_task_ref, task_ref};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use std::collections::HashSet;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use tokio::sync::oneshot;
 
 /// Plugin data: full key → value.
@@ -34,6 +49,8 @@ const CACHE_BYTES: usize = 256 << 20;
 
 pub struct RedbStore {
     db: Arc<Database>,
+    /// What is committed but not yet on disk; the writer keeps it.
+    unflushed: Arc<Unflushed>,
     /// `None` only while dropping.
     writes: Option<mpsc::Sender<Job>>,
     writer: Option<std::thread::JoinHandle<()>>,
@@ -53,7 +70,20 @@ impl Drop for RedbStore {
 /// One write and where its outcome goes.
 struct Job {
     op: WriteOp,
+    durability: Durability,
     reply: oneshot::Sender<StoreResult<Outcome>>,
+}
+
+/// The writes committed without an fsync since the last commit with one.
+#[derive(Default)]
+struct Unflushed {
+    /// Whether there are any. Set before such a commit makes its writes
+    /// visible, cleared after the fsync'd commit that covers them: a
+    /// caller that reads `false` after its own write was acknowledged
+    /// knows that write is on disk.
+    any: AtomicBool,
+    /// Their plugin-data keys (full keys), for [`RedbStore::unflushed`].
+    keys: Mutex<HashSet<String>>,
 }
 
 enum WriteOp {
@@ -70,6 +100,25 @@ enum WriteOp {
         lease_ms: u64,
         limit: usize,
     },
+    /// Nothing to write: the commit it joins is fsync'd, which puts every
+    /// earlier commit on disk too.
+    Flush,
+}
+
+impl WriteOp {
+    /// The plugin-data keys this write may change.
+    fn keys(&self) -> Vec<&str> {
+        match self {
+            WriteOp::Set(key, _)
+            | WriteOp::Delete(key)
+            | WriteOp::Cas(key, _, _)
+            | WriteOp::Increment(key, _) => vec![key.as_str()],
+            WriteOp::SetMany(pairs) => pairs.iter().map(|(key, _)| key.as_str()).collect(),
+            WriteOp::DeleteMany(keys) => keys.iter().map(String::as_str).collect(),
+            WriteOp::Schedule(..) | WriteOp::Unschedule(..) | WriteOp::Claim { .. } => Vec::new(),
+            WriteOp::Flush => Vec::new(),
+        }
+    }
 }
 
 enum Outcome {
@@ -96,26 +145,58 @@ impl RedbStore {
         txn.open_table(DUE_BY_TASK).map_err(unavailable)?;
         txn.commit().map_err(unavailable)?;
         let db = Arc::new(db);
+        let unflushed = Arc::new(Unflushed::default());
         let (writes, jobs) = mpsc::channel();
-        let for_writer = db.clone();
+        let (for_writer, unflushed_for_writer) = (db.clone(), unflushed.clone());
         let writer = std::thread::Builder::new()
             .name("settle-store-writer".into())
-            .spawn(move || write_loop(&for_writer, &jobs))
+            .spawn(move || write_loop(&for_writer, &unflushed_for_writer, &jobs))
             .map_err(unavailable)?;
         Ok(RedbStore {
             db,
+            unflushed,
             writes: Some(writes),
             writer: Some(writer),
         })
     }
 
+    /// Puts every write committed so far on disk; at once when they are.
+    pub async fn flush(&self) -> StoreResult<()> {
+        if !self.unflushed.any.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.write(WriteOp::Flush, Durability::OnWrite)
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether `key`'s value may not be on disk yet.
+    pub fn unflushed(&self, key: &str) -> bool {
+        self.unflushed.any.load(Ordering::Acquire)
+            && self
+                .unflushed
+                .keys
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .contains(key)
+    }
+
+    /// Whether any write may not be on disk yet.
+    pub fn any_unflushed(&self) -> bool {
+        self.unflushed.any.load(Ordering::Acquire)
+    }
+
     /// Hands a write to the writer and waits for its commit.
-    async fn write(&self, op: WriteOp) -> StoreResult<Outcome> {
+    async fn write(&self, op: WriteOp, durability: Durability) -> StoreResult<Outcome> {
         let (reply, outcome) = oneshot::channel();
         self.writes
             .as_ref()
             .ok_or_else(|| StoreError::Unavailable("the store is closing".into()))?
-            .send(Job { op, reply })
+            .send(Job {
+                op,
+                durability,
+                reply,
+            })
             .map_err(|_| StoreError::Unavailable("the store writer stopped".into()))?;
         outcome
             .await
@@ -204,20 +285,37 @@ impl RedbStore {
         })
     }
 
-    pub async fn set(&self, key: String, value: Vec<u8>) -> StoreResult<()> {
-        self.write(WriteOp::Set(key, value)).await.map(|_| ())
+    pub async fn set(
+        &self,
+        key: String,
+        value: Vec<u8>,
+        durability: Durability,
+    ) -> StoreResult<()> {
+        self.write(WriteOp::Set(key, value), durability)
+            .await
+            .map(|_| ())
     }
 
-    pub async fn delete(&self, key: String) -> StoreResult<()> {
-        self.write(WriteOp::Delete(key)).await.map(|_| ())
+    pub async fn delete(&self, key: String, durability: Durability) -> StoreResult<()> {
+        self.write(WriteOp::Delete(key), durability)
+            .await
+            .map(|_| ())
     }
 
-    pub async fn set_many(&self, pairs: Vec<(String, Vec<u8>)>) -> StoreResult<()> {
-        self.write(WriteOp::SetMany(pairs)).await.map(|_| ())
+    pub async fn set_many(
+        &self,
+        pairs: Vec<(String, Vec<u8>)>,
+        durability: Durability,
+    ) -> StoreResult<()> {
+        self.write(WriteOp::SetMany(pairs), durability)
+            .await
+            .map(|_| ())
     }
 
-    pub async fn delete_many(&self, keys: Vec<String>) -> StoreResult<()> {
-        self.write(WriteOp::DeleteMany(keys)).await.map(|_| ())
+    pub async fn delete_many(&self, keys: Vec<String>, durability: Durability) -> StoreResult<()> {
+        self.write(WriteOp::DeleteMany(keys), durability)
+            .await
+            .map(|_| ())
     }
 
     pub async fn compare_and_swap(
@@ -225,26 +323,50 @@ impl RedbStore {
         key: String,
         expected: Option<Vec<u8>>,
         new: Vec<u8>,
+        durability: Durability,
     ) -> StoreResult<bool> {
-        match self.write(WriteOp::Cas(key, expected, new)).await? {
+        match self
+            .write(WriteOp::Cas(key, expected, new), durability)
+            .await?
+        {
             Outcome::Swapped(swapped) => Ok(swapped),
             _ => unreachable!("a CAS answers with Swapped"),
         }
     }
 
-    pub async fn increment(&self, key: String, delta: i64) -> StoreResult<i64> {
-        match self.write(WriteOp::Increment(key, delta)).await? {
+    pub async fn increment(
+        &self,
+        key: String,
+        delta: i64,
+        durability: Durability,
+    ) -> StoreResult<i64> {
+        match self
+            .write(WriteOp::Increment(key, delta), durability)
+            .await?
+        {
             Outcome::Counter(value) => Ok(value),
             _ => unreachable!("an increment answers with Counter"),
         }
     }
 
-    pub async fn schedule(&self, ns: String, wakes: Vec<Wake>) -> StoreResult<()> {
-        self.write(WriteOp::Schedule(ns, wakes)).await.map(|_| ())
+    pub async fn schedule(
+        &self,
+        ns: String,
+        wakes: Vec<Wake>,
+        durability: Durability,
+    ) -> StoreResult<()> {
+        self.write(WriteOp::Schedule(ns, wakes), durability)
+            .await
+            .map(|_| ())
     }
 
-    pub async fn unschedule(&self, ns: String, task_ids: Vec<String>) -> StoreResult<()> {
-        self.write(WriteOp::Unschedule(ns, task_ids))
+    pub async fn unschedule(
+        &self,
+        ns: String,
+        task_ids: Vec<String>,
+        durability: Durability,
+    ) -> StoreResult<()> {
+        self.write(WriteOp::Unschedule(ns, task_ids), durability)
             .await
             .map(|_| ())
     }
@@ -256,11 +378,14 @@ impl RedbStore {
         limit: usize,
     ) -> StoreResult<Vec<Due>> {
         match self
-            .write(WriteOp::Claim {
-                now_ms,
-                lease_ms,
-                limit,
-            })
+            .write(
+                WriteOp::Claim {
+                    now_ms,
+                    lease_ms,
+                    limit,
+                },
+                Durability::OnWrite,
+            )
             .await?
         {
             Outcome::Claimed(due) => Ok(due),
@@ -270,9 +395,11 @@ impl RedbStore {
 }
 
 /// The writer thread: takes every job waiting, applies them in one
-/// transaction in arrival order, commits once, then answers each. Ends when
-/// the store is dropped.
-fn write_loop(db: &Database, jobs: &mpsc::Receiver<Job>) {
+/// transaction in arrival order, commits once, then answers each. The
+/// commit is fsync'd when any job in it asks for that, and then covers
+/// every commit before it. Ends when the store is dropped (redb puts what
+/// is still unflushed on disk when the database closes).
+fn write_loop(db: &Database, unflushed: &Unflushed, jobs: &mpsc::Receiver<Job>) {
     while let Ok(first) = jobs.recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -281,24 +408,71 @@ fn write_loop(db: &Database, jobs: &mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        let txn = match db.begin_write() {
-            Ok(txn) => txn,
-            Err(e) => {
-                answer_all(group, &unavailable(e));
-                continue;
+        // Writes that find others waiting share an fsync, as every write did
+        // before: under load it is paid once for many, and their calls'
+        // flushes then find nothing to do. A write alone skips it until its
+        // call needs it on disk (measured in docs/performance.md,
+        // "Thirteenth round").
+        let durable = group.len() > 1
+            || group
+                .iter()
+                .any(|job| matches!(job.durability, Durability::OnWrite));
+        let only_flushes = group.iter().all(|job| matches!(job.op, WriteOp::Flush));
+        if only_flushes && !unflushed.any.load(Ordering::Acquire) {
+            // Everything is on disk already: nothing to commit.
+            for job in group {
+                let _ = job.reply.send(Ok(Outcome::Done));
             }
-        };
-        let outcomes: Vec<StoreResult<Outcome>> =
-            group.iter().map(|job| apply(&txn, &job.op)).collect();
-        match txn.commit() {
-            Ok(()) => {
+            continue;
+        }
+        let outcomes = commit_group(db, unflushed, &group, durable);
+        match outcomes {
+            Ok(outcomes) => {
                 for (job, outcome) in group.into_iter().zip(outcomes) {
                     let _ = job.reply.send(outcome);
                 }
             }
-            Err(e) => answer_all(group, &unavailable(e)),
+            Err(e) => answer_all(group, &e),
         }
     }
+}
+
+/// Applies `group` in one transaction and commits it, fsync'd if `durable`.
+/// Keys committed without the fsync are recorded before the commit makes
+/// them visible, and forgotten once an fsync'd commit covers them.
+fn commit_group(
+    db: &Database,
+    unflushed: &Unflushed,
+    group: &[Job],
+    durable: bool,
+) -> StoreResult<Vec<StoreResult<Outcome>>> {
+    let mut txn = db.begin_write().map_err(unavailable)?;
+    if !durable {
+        txn.set_durability(redb::Durability::None)
+            .map_err(unavailable)?;
+    }
+    let outcomes: Vec<StoreResult<Outcome>> =
+        group.iter().map(|job| apply(&txn, &job.op)).collect();
+    if !durable {
+        let mut keys = unflushed
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for job in group {
+            keys.extend(job.op.keys().into_iter().map(str::to_string));
+        }
+        unflushed.any.store(true, Ordering::Release);
+    }
+    txn.commit().map_err(unavailable)?;
+    if durable {
+        unflushed
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+        unflushed.any.store(false, Ordering::Release);
+    }
+    Ok(outcomes)
 }
 
 fn answer_all(group: Vec<Job>, error: &StoreError) {
@@ -397,6 +571,7 @@ fn apply(txn: &WriteTransaction, op: &WriteOp) -> StoreResult<Outcome> {
             }
             Ok(Outcome::Done)
         }
+        WriteOp::Flush => Ok(Outcome::Done),
         WriteOp::Claim {
             now_ms,
             lease_ms,

@@ -275,3 +275,80 @@ async fn redb_keeps_data_and_schedule_across_reopen() {
     assert_eq!(store.get("t", "k").await.unwrap(), Some(b"v".to_vec()));
     assert_eq!(store.next_due_ms().await.unwrap(), Some(42));
 }
+
+#[tokio::test]
+async fn a_calls_writes_are_seen_at_once_and_owe_a_flush() {
+    for (name, store, _keep) in backends().await {
+        let call = store.deferring();
+        call.set("t", "k", b"v".to_vec()).await.unwrap();
+        assert!(
+            call.compare_and_swap("t", "c", None, b"1".to_vec())
+                .await
+                .unwrap(),
+            "{name}"
+        );
+        // Every reader sees them before any flush.
+        assert_eq!(
+            store.get("t", "k").await.unwrap(),
+            Some(b"v".to_vec()),
+            "{name}"
+        );
+        assert_eq!(
+            store.get("t", "c").await.unwrap(),
+            Some(b"1".to_vec()),
+            "{name}"
+        );
+        call.flush_owed().await.unwrap();
+        assert!(!store.any_unflushed(), "{name}: flushed");
+    }
+}
+
+#[tokio::test]
+async fn redb_tells_which_values_are_not_on_disk_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_file(&dir.path().join("s.redb")).unwrap();
+    let (writer, reader) = (store.deferring(), store.deferring());
+    writer.set("t", "k", b"v".to_vec()).await.unwrap();
+    assert!(writer.owes_flush());
+    writer.schedule("t", &[wake("a", "g", 42)]).await.unwrap();
+    assert!(store.unflushed("t", "k"));
+    assert!(!store.unflushed("t", "other"), "only the keys written");
+    assert!(!store.unflushed("u", "k"), "in their namespace");
+
+    // A call that only reads owes a flush only when what it read is
+    // not on disk yet.
+    reader.get("t", "other").await.unwrap();
+    assert!(!reader.owes_flush(), "what it read is on disk");
+    reader.get("t", "k").await.unwrap();
+    assert!(reader.owes_flush(), "it read the writer's unflushed value");
+    // The reader's flush puts the writer's write on disk.
+    reader.flush_owed().await.unwrap();
+    assert!(!reader.owes_flush());
+    assert!(!store.unflushed("t", "k"));
+    assert!(!store.any_unflushed(), "the schedule is on disk too");
+
+    // A write acknowledged on disk leaves nothing unflushed.
+    writer.flush_owed().await.unwrap();
+    writer.set("t", "k", b"w".to_vec()).await.unwrap();
+    store.set("t", "j", b"x".to_vec()).await.unwrap();
+    assert!(
+        !store.unflushed("t", "k"),
+        "an fsync'd commit covers every commit before it"
+    );
+}
+
+#[tokio::test]
+async fn redb_puts_unflushed_writes_on_disk_when_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    {
+        let store = Store::open_file(&path).unwrap();
+        let call = store.deferring();
+        call.set("t", "k", b"v".to_vec()).await.unwrap();
+        call.schedule("t", &[wake("a", "g", 42)]).await.unwrap();
+        assert!(store.any_unflushed());
+    }
+    let store = Store::open_file(&path).unwrap();
+    assert_eq!(store.get("t", "k").await.unwrap(), Some(b"v".to_vec()));
+    assert_eq!(store.next_due_ms().await.unwrap(), Some(42));
+}
