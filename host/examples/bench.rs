@@ -11,7 +11,7 @@
 //! - acceptance to `completed` with a 4 s actuation delay, and the sensor
 //!   reads it took;
 //! - `tasks/get` over HTTP with 10,000 stored tasks (requests/s, p50, p99),
-//!   and the creation rate with 8 and with 64 clients;
+//!   and the creation rate with 8 and with 64 clients, and one at a time;
 //! - the delay from a task's change to a `subscriptions/listen` listener
 //!   (p50, p99);
 //! - `get_device_state` at concurrency 1 by stage (`settle::timeline`).
@@ -686,6 +686,19 @@ async fn tasks_at_scale() -> anyhow::Result<()> {
         );
     }
     notification_delay(&url).await?;
+    // One command at a time, as an agent usually sends them: each waits
+    // for its own writes to reach the disk, with no other call to share
+    // an fsync with.
+    const ALONE: usize = 500;
+    let started = Instant::now();
+    let alone = create_tasks(&url, ALONE, 1, 22.0).await?;
+    let took = started.elapsed().as_secs_f64();
+    println!(
+        "  created {} tasks one at a time in {took:.1} s ({:.0}/s, {:.2} ms each)",
+        alone.len(),
+        alone.len() as f64 / took,
+        took * 1e3 / alone.len() as f64
+    );
     // The store commits every write waiting when a transaction starts
     // together, so more creators share each commit: whether the rate grows
     // with them tells commit time from CPU as the limit. Last, so its tasks
