@@ -155,8 +155,9 @@ impl<'p> Store<'p> {
             .collect()
     }
 
-    /// Stores a new task; durable and scheduled when this returns, so the id
-    /// can be handed out.
+    /// Stores a new task, scheduled. The runner puts it on disk before
+    /// anything the call does next leaves it (the command, the answer with
+    /// the id), so the id can be handed out.
     ///
     /// The wake is written first: a crash between the two leaves a wake
     /// with no record, which the scheduler drops when it comes, rather than

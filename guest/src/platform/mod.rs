@@ -103,8 +103,9 @@ pub trait Platform {
     /// The tenant's bucket.
     fn kv(&self) -> &dyn Kv;
 
-    /// Durable when this returns; a later wake for the same id replaces an
-    /// earlier one.
+    /// On disk before anything the call does next leaves the runner (the
+    /// runner's rule for every write); a later wake for the same id
+    /// replaces an earlier one.
     fn schedule(&self, wakes: &[Wake]) -> Result<(), String>;
 
     fn unschedule(&self, task_ids: &[String]) -> Result<(), String>;
