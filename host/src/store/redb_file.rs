@@ -106,17 +106,21 @@ enum WriteOp {
 }
 
 impl WriteOp {
-    /// The plugin-data keys this write may change.
-    fn keys(&self) -> Vec<&str> {
+    /// Adds the plugin-data keys this write may change to `keys`.
+    fn note_keys(&self, keys: &mut HashSet<String>) {
         match self {
             WriteOp::Set(key, _)
             | WriteOp::Delete(key)
             | WriteOp::Cas(key, _, _)
-            | WriteOp::Increment(key, _) => vec![key.as_str()],
-            WriteOp::SetMany(pairs) => pairs.iter().map(|(key, _)| key.as_str()).collect(),
-            WriteOp::DeleteMany(keys) => keys.iter().map(String::as_str).collect(),
-            WriteOp::Schedule(..) | WriteOp::Unschedule(..) | WriteOp::Claim { .. } => Vec::new(),
-            WriteOp::Flush => Vec::new(),
+            | WriteOp::Increment(key, _) => {
+                keys.insert(key.clone());
+            }
+            WriteOp::SetMany(pairs) => keys.extend(pairs.iter().map(|(key, _)| key.clone())),
+            WriteOp::DeleteMany(written) => keys.extend(written.iter().cloned()),
+            WriteOp::Schedule(..)
+            | WriteOp::Unschedule(..)
+            | WriteOp::Claim { .. }
+            | WriteOp::Flush => {}
         }
     }
 }
@@ -459,7 +463,7 @@ fn commit_group(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         for job in group {
-            keys.extend(job.op.keys().into_iter().map(str::to_string));
+            job.op.note_keys(&mut keys);
         }
         unflushed.any.store(true, Ordering::Release);
     }
