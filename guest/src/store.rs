@@ -260,10 +260,14 @@ impl<'p> Store<'p> {
         self.platform.schedule(&after.wakes)
     }
 
-    /// Removes an ended task whose time is up.
+    /// Removes an ended task whose time is up. The runner forgets it
+    /// first, so it never answers for a task whose record is gone; if the
+    /// record outlives a failure here, the task's wake removes it later.
     pub fn purge(&self, id: &str) -> Result<(), String> {
+        let ids = [id.to_string()];
+        self.platform.forget_tasks(&ids)?;
         self.platform.kv().delete(&task_key(id))?;
-        self.platform.unschedule(&[id.to_string()])
+        self.platform.unschedule(&ids)
     }
 
     /// A device's model (empty for a device never commanded).

@@ -438,3 +438,36 @@ fn a_command_blocked_by_one_the_device_dropped_ends_when_that_ones_time_runs_out
         dropped.status_message
     );
 }
+
+#[test]
+fn a_task_whose_time_is_up_is_forgotten_by_the_runner_before_its_record_goes() {
+    let platform = platform();
+    let ctx = context(&platform);
+    let task = set_24(&ctx);
+    let cancelled = app::tasks::cancel(&ctx.store, platform.now_ms(), &task.id).expect("cancel");
+    let purge_at = cancelled.purge_at_ms();
+    platform.set_now(purge_at);
+
+    // The runner cannot be told (its store is down): the record stays, so
+    // the runner never answers for a task that is gone, and the wake that
+    // comes back after its lease tries again.
+    platform.refuse_forget(true);
+    let refused = app::advance::run(&ctx, "ac", std::slice::from_ref(&task.id));
+    assert!(refused.is_err(), "the purge reports the refusal");
+    let kept = app::tasks::get(&ctx.store, purge_at, &task.id).expect("the record is kept");
+    assert_eq!(kept.status, Status::Cancelled);
+    assert!(platform.take_forgotten().is_empty());
+
+    platform.refuse_forget(false);
+    app::advance::run(&ctx, "ac", std::slice::from_ref(&task.id)).expect("purge");
+    assert_eq!(platform.take_forgotten(), vec![task.id.clone()]);
+    assert_eq!(
+        app::tasks::get(&ctx.store, purge_at, &task.id).map(|t| t.status),
+        Err(app::tasks::TaskError::not_found(&task.id)),
+        "gone once the runner has forgotten it"
+    );
+    assert!(
+        platform.wakes().iter().all(|w| w.task_id != task.id),
+        "and no longer woken"
+    );
+}

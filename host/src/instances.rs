@@ -115,6 +115,7 @@ impl Maker {
             stderr.clone(),
             request,
             self.pool.clone(),
+            plugin.keeps_ended,
         );
         let memory_hit = state.limiter.hit.clone();
         let mut store = Store::new(&self.engine, state);

@@ -17,6 +17,7 @@
 //! - [`policy`]: the outbound allow-list (pure data).
 //! - [`store`]: durable state: plugin data and due times (memory, redb, Redis).
 //! - [`scheduler`]: wakes due tasks and calls the plugin's `advance`.
+//! - [`ended`]: the views of ended tasks the runner keeps, so `tasks/get` of one needs no plugin call.
 //! - [`events`]: change notices for callers waiting inline and listeners.
 //! - [`relay`]: carrying those notices between replicas (Redis pub/sub).
 //! - [`tenant`]: tenants (their context and current plugin), by name and namespace.
@@ -47,6 +48,7 @@ pub mod config;
 pub mod context;
 pub mod contract;
 pub mod drain;
+pub mod ended;
 pub mod events;
 pub mod instances;
 pub mod mcp;

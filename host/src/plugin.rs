@@ -26,6 +26,10 @@ pub struct Plugin {
     /// What it serves beyond tools, and its instructions; read once it
     /// accepted its configuration.
     pub(crate) info: tokio::sync::OnceCell<Arc<PluginInfo>>,
+    /// It imports `forget-tasks`, so it tells the runner before it removes
+    /// a task, and the runner may answer `tasks/get` of its ended tasks
+    /// itself ([`crate::ended`]).
+    pub keeps_ended: bool,
 }
 
 /// What a plugin says about the MCP server it serves through the runner
@@ -99,6 +103,7 @@ impl Plugin {
         };
         let component = compile(loader, path, &bytes, &digest)?;
         let ty = component.component_type();
+        let keeps_ended = imports_forget_tasks(loader.engine, &ty);
         let names = ty
             .imports(loader.engine)
             .map(|(name, _)| name)
@@ -122,6 +127,7 @@ impl Plugin {
             digest,
             tools: tokio::sync::OnceCell::new(),
             info: tokio::sync::OnceCell::new(),
+            keeps_ended,
         })
     }
 
@@ -134,6 +140,22 @@ impl Plugin {
     pub fn cached_info(&self) -> Option<&PluginInfo> {
         self.info.get().map(|c| c.as_ref())
     }
+}
+
+/// Whether the component imports the runner's `forget-tasks`. A component
+/// imports only the functions its code calls, so this says the plugin
+/// tells the runner when it removes a task.
+fn imports_forget_tasks(engine: &Engine, ty: &wasmtime::component::types::Component) -> bool {
+    let runner = format!(
+        "{}/runner@{}",
+        crate::contract::PACKAGE,
+        crate::contract::VERSION
+    );
+    ty.imports(engine).any(|(name, item)| {
+        name == runner
+            && matches!(item.ty, wasmtime::component::types::ComponentItem::ComponentInstance(instance)
+                if instance.exports(engine).any(|(function, _)| function == "forget-tasks"))
+    })
 }
 
 /// Compiles a component, or loads the artifact an earlier compile left in

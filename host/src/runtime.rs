@@ -13,6 +13,7 @@ use crate::bindings::settle::plugin::types::{
 use crate::capabilities;
 use crate::capabilities::pool::ConnectionPool;
 use crate::capabilities::runner::RequestNotifier;
+use crate::ended::Pending;
 use crate::instances::{Fresh, Maker, Spares};
 use crate::plugin::{LoadError, Loader, Plugin, PluginInfo};
 use crate::state::{HostState, MemoryLimitExceeded};
@@ -344,6 +345,24 @@ impl Runtime {
             .await
     }
 
+    /// The `detailed` view of a task that ended, kept by the runner
+    /// ([`crate::ended`]), for `tasks/get`. `None` when the plugin must be
+    /// asked: the task has not ended, its plugin does not let the runner
+    /// keep views, or the store could not be read (the plugin then reports
+    /// that itself).
+    pub async fn ended_task(&self, tenant: &Tenant, task_id: &str) -> Option<String> {
+        if !tenant.plugin.load().keeps_ended {
+            return None;
+        }
+        crate::ended::read(&self.store, &tenant.context.namespace, task_id)
+            .await
+            .inspect_err(|e| {
+                tracing::debug!(tenant = %tenant.name(), "an ended task's view could not be read: {e}")
+            })
+            .ok()
+            .flatten()
+    }
+
     /// Runs `get-task`.
     pub async fn get_task(
         &self,
@@ -439,6 +458,7 @@ impl<'t> Call<'t> {
     /// The call `fresh` serves for `tenant`, holding one of its `permit`s.
     fn new(tenant: &'t Tenant, fresh: Fresh, permit: tokio::sync::SemaphorePermit<'t>) -> Call<'t> {
         let writes = fresh.store.data().kv.store.clone();
+        let ended = fresh.store.data().ended.clone();
         Call {
             store: fresh.store,
             instance: fresh.instance,
@@ -449,6 +469,7 @@ impl<'t> Call<'t> {
                 stderr: fresh.stderr,
                 source: fresh.plugin.source.clone(),
                 writes,
+                ended,
                 _permit: permit,
             },
         }
@@ -467,6 +488,8 @@ struct Probe<'t> {
     /// The call's handle on the store: flushed before the call's answer
     /// goes anywhere if the call wrote, or read what is not on disk yet.
     writes: crate::store::Store,
+    /// The views of the tasks the call ended, stored when it is over.
+    ended: Option<Pending>,
     _permit: tokio::sync::SemaphorePermit<'t>,
 }
 
@@ -485,6 +508,11 @@ impl Probe<'_> {
         let metrics = &self.tenant.context.metrics;
         let tenant = self.tenant.name();
         let ended = tokio::time::timeout(self.timeout, call).await;
+        if let Some(views) = &self.ended {
+            views
+                .store(&self.writes, &self.tenant.context.namespace)
+                .await;
+        }
         let flushed = self.writes.flush_owed().await;
         let fault = match (ended, flushed) {
             (Ok(Ok(value)), Ok(())) => {

@@ -8,6 +8,7 @@ use crate::capabilities::kv::{KvCtx, KvView};
 use crate::capabilities::pool::ConnectionPool;
 use crate::capabilities::runner::{RequestNotifier, RunnerView};
 use crate::context::TenantContext;
+use crate::ended::Pending;
 use crate::store::Store;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +39,9 @@ pub struct HostState {
     /// The client request this call serves, if any: where progress and log
     /// messages go.
     pub request: Option<std::sync::Arc<dyn RequestNotifier>>,
+    /// The views of tasks this call ended, kept when the call is over;
+    /// `None` for a plugin whose ended tasks the runner does not keep.
+    pub ended: Option<Pending>,
 }
 
 impl HostState {
@@ -49,6 +53,7 @@ impl HostState {
         stderr: MemoryOutputPipe,
         request: Option<Arc<dyn RequestNotifier>>,
         pool: Arc<ConnectionPool>,
+        keeps_ended: bool,
     ) -> HostState {
         // The call's own handle: its writes reach the disk together, before
         // anything they led to leaves the runner (`Store::deferring`).
@@ -75,6 +80,7 @@ impl HostState {
             limiter: MemoryLimiter::new(tenant.limits.memory_bytes),
             tenant,
             request,
+            ended: keeps_ended.then(Pending::default),
         }
     }
 
@@ -104,6 +110,7 @@ impl HostState {
             kv: &self.kv,
             tenant: &self.tenant,
             request: self.request.as_deref(),
+            ended: self.ended.as_ref(),
         }
     }
 }

@@ -92,6 +92,13 @@ pub fn unschedule(task_ids: &[String]) -> Result<(), String> {
     runner::unschedule(task_ids).map_err(|e| schedule_error(e, "tasks", task_ids.len()))
 }
 
+/// Tells the runner these ended tasks are being removed, before their
+/// records go: it stops answering `tasks/get` for them from the views it
+/// kept. If this fails, keep the records and try again later.
+pub fn forget_tasks(task_ids: &[String]) -> Result<(), String> {
+    runner::forget_tasks(task_ids).map_err(|e| schedule_error(e, "tasks", task_ids.len()))
+}
+
 /// The runner's refusal as a message, the way a plugin passes it on.
 fn schedule_error(error: runner::ScheduleError, what: &str, given: usize) -> String {
     match error {

@@ -18,6 +18,10 @@ pub struct MemoryPlatform {
     changes: RefCell<Vec<TaskRecord>>,
     resources: RefCell<Vec<String>>,
     logs: RefCell<Vec<(Level, String)>>,
+    /// Tasks the runner was told to forget, in order.
+    forgotten: RefCell<Vec<String>>,
+    /// Whether `forget_tasks` fails, as a runner whose store is down does.
+    refuse_forget: Cell<bool>,
 }
 
 /// The bucket: a sorted map, so listings are stable.
@@ -124,6 +128,16 @@ impl MemoryPlatform {
         std::mem::take(&mut *self.logs.borrow_mut())
     }
 
+    /// Every task the runner was told to forget so far, and forgets them.
+    pub fn take_forgotten(&self) -> Vec<String> {
+        std::mem::take(&mut *self.forgotten.borrow_mut())
+    }
+
+    /// Makes `forget_tasks` fail (`true`) or succeed again.
+    pub fn refuse_forget(&self, refuse: bool) {
+        self.refuse_forget.set(refuse);
+    }
+
     /// The bucket's keys, for tests that check what is kept.
     pub fn keys(&self) -> Vec<String> {
         self.kv.map.borrow().keys().cloned().collect()
@@ -164,6 +178,14 @@ impl Platform for MemoryPlatform {
         for id in task_ids {
             map.remove(id);
         }
+        Ok(())
+    }
+
+    fn forget_tasks(&self, task_ids: &[String]) -> Result<(), String> {
+        if self.refuse_forget.get() {
+            return Err("the runner's store is unreachable".into());
+        }
+        self.forgotten.borrow_mut().extend_from_slice(task_ids);
         Ok(())
     }
 

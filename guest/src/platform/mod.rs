@@ -110,6 +110,10 @@ pub trait Platform {
 
     fn unschedule(&self, task_ids: &[String]) -> Result<(), String>;
 
+    /// These ended tasks are being removed: the runner stops answering
+    /// `tasks/get` for them. Called before their records are deleted.
+    fn forget_tasks(&self, task_ids: &[String]) -> Result<(), String>;
+
     /// A task changed in a way a client can see. `detailed` is its
     /// [`TaskRecord::to_detailed_json`], which the caller has already
     /// rendered to tell that the change is visible.

@@ -101,6 +101,10 @@ impl Platform for WasiPlatform {
         host::unschedule(task_ids)
     }
 
+    fn forget_tasks(&self, task_ids: &[String]) -> Result<(), String> {
+        host::forget_tasks(task_ids)
+    }
+
     fn task_changed(&self, task: &TaskRecord, detailed: serde_json::Value) {
         host::task_changed(&rendered_view(task, detailed));
     }

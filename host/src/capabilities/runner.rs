@@ -4,6 +4,7 @@ use crate::bindings::settle::plugin::runner as wit;
 use crate::bindings::settle::plugin::types::TaskView;
 use crate::capabilities::kv::KvCtx;
 use crate::context::TenantContext;
+use crate::ended::Pending;
 use crate::events::Event;
 use crate::store::Wake;
 use wasmtime::component::{HasData, Linker};
@@ -46,6 +47,9 @@ pub struct RunnerView<'a> {
     pub tenant: &'a TenantContext,
     /// The client request being served, if any.
     pub request: Option<&'a dyn RequestNotifier>,
+    /// Where the views of tasks that ended go, if the runner keeps them
+    /// for this plugin.
+    pub ended: Option<&'a Pending>,
 }
 
 struct HasRunner;
@@ -130,8 +134,28 @@ impl wit::Host for RunnerView<'_> {
                 .metrics
                 .task(&self.tenant.name, task.status.as_str());
         }
+        if let Some(ended) = self.ended {
+            ended.note(&task);
+        }
         self.tenant.events.publish_task(&self.tenant.name, task);
         Ok(())
+    }
+
+    async fn forget_tasks(
+        &mut self,
+        task_ids: Vec<String>,
+    ) -> wasmtime::Result<Result<(), wit::ScheduleError>> {
+        if task_ids.len() > MAX_WAKES_PER_CALL {
+            return Ok(Err(too_many()));
+        }
+        if let Some(ended) = self.ended {
+            ended.drop_for(&task_ids);
+        }
+        Ok(
+            crate::ended::forget(&self.kv.store, &self.kv.namespace, &task_ids)
+                .await
+                .map_err(|e| wit::ScheduleError::Store(e.to_string())),
+        )
     }
 
     async fn resource_updated(&mut self, uri: String) -> wasmtime::Result<()> {
@@ -228,6 +252,7 @@ mod tests {
             kv: &kv,
             tenant: &tenant,
             request: None,
+            ended: None,
         };
         let refused = view.schedule(wakes(MAX_WAKES_PER_CALL + 1)).await.unwrap();
         assert!(
@@ -260,6 +285,7 @@ mod tests {
             kv: &kv,
             tenant: &tenant,
             request: None,
+            ended: None,
         };
         for status in TaskStatus::ALL {
             let task = TaskView {
@@ -276,5 +302,64 @@ mod tests {
             assert!(metrics.contains(&line), "{line} in {metrics}");
         }
         assert!(!metrics.contains(r#"status="working""#), "{metrics}");
+    }
+
+    /// The views of tasks that ended are kept when the call is over, and
+    /// forgetting a task drops its view, stored or still pending.
+    #[tokio::test]
+    async fn ended_views_are_kept_after_the_call_and_dropped_when_forgotten() {
+        let store = Store::memory();
+        let kv = KvCtx {
+            store: store.clone(),
+            namespace: "t".into(),
+        };
+        let tenant = TenantContext::for_tests("t", OutboundPolicy::new(vec![]));
+        let pending = Pending::default();
+        let mut view = RunnerView {
+            kv: &kv,
+            tenant: &tenant,
+            request: None,
+            ended: Some(&pending),
+        };
+        let change = |id: &str, status| TaskView {
+            task_id: id.into(),
+            status,
+            detailed: format!(r#"{{"taskId":"{id}"}}"#),
+            tool_result: "{}".into(),
+        };
+        view.task_changed(change("a", TaskStatus::Working))
+            .await
+            .unwrap();
+        view.task_changed(change("a", TaskStatus::Completed))
+            .await
+            .unwrap();
+        view.task_changed(change("b", TaskStatus::Failed))
+            .await
+            .unwrap();
+        view.task_changed(change("c", TaskStatus::Cancelled))
+            .await
+            .unwrap();
+        // Ended and removed in the same call: nothing is left behind.
+        view.forget_tasks(vec!["c".into()]).await.unwrap().unwrap();
+        let read = async |id: &str| crate::ended::read(&store, "t", id).await.unwrap();
+        assert_eq!(read("a").await, None, "stored when the call is over");
+        pending.store(&store, "t").await;
+        assert_eq!(read("a").await.as_deref(), Some(r#"{"taskId":"a"}"#));
+        assert_eq!(read("b").await.as_deref(), Some(r#"{"taskId":"b"}"#));
+        assert_eq!(read("c").await, None);
+        assert_eq!(
+            store.list_keys("t", None).await.unwrap().0,
+            Vec::<String>::new(),
+            "the plugin's bucket does not see them"
+        );
+
+        view.forget_tasks(vec!["a".into()]).await.unwrap().unwrap();
+        assert_eq!(read("a").await, None);
+        assert!(read("b").await.is_some());
+        let ids: Vec<String> = vec!["x".into(); MAX_WAKES_PER_CALL + 1];
+        assert!(matches!(
+            view.forget_tasks(ids).await.unwrap(),
+            Err(wit::ScheduleError::TooMany(_))
+        ));
     }
 }

@@ -124,15 +124,21 @@ impl Settle {
     /// caller was checked for the tasks extension before).
     pub(super) async fn task(&self, task_id: &str) -> Result<GetTaskResult, ErrorData> {
         let _in_flight = self.drain().enter();
-        let view = self
-            .dispatch
-            .runtime()
-            .get_task(self.dispatch.tenant(), task_id)
-            .await
-            .map_err(fault_error)?
-            .map_err(task_error)?;
+        let runtime = self.dispatch.runtime();
+        let tenant = self.dispatch.tenant();
+        let detailed = match runtime.ended_task(tenant, task_id).await {
+            Some(ended) => ended,
+            None => {
+                runtime
+                    .get_task(tenant, task_id)
+                    .await
+                    .map_err(fault_error)?
+                    .map_err(task_error)?
+                    .detailed
+            }
+        };
         Ok(GetTaskResult::new(super::convert::detailed_task(
-            &view.detailed,
+            &detailed,
         )?))
     }
 

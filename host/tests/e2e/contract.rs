@@ -68,3 +68,21 @@ async fn a_runner_given_a_0_1_0_plugin_does_not_start() {
     };
     assert!(err.contains("built for settle:plugin@0.1.0"), "{err}");
 }
+
+/// The runner answers `tasks/get` of an ended task itself only for a
+/// plugin that tells it when a task is removed (it imports
+/// `forget-tasks`): the device plugin does. The fixtures and hello plugins
+/// do not, so the runner asks them for every task.
+#[test]
+fn ended_tasks_are_kept_only_for_a_plugin_that_says_when_it_removes_one() {
+    let runtime = memory_runtime();
+    let keeps = |path: std::path::PathBuf| {
+        runtime
+            .load_plugin(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .keeps_ended
+    };
+    assert!(keeps(plugin_path()), "the device plugin");
+    assert!(!keeps(fixtures_plugin_path()), "the fixtures plugin");
+    assert!(!keeps(hello_plugin_path()), "the hello plugin");
+}

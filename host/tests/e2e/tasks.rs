@@ -208,6 +208,79 @@ async fn a_gated_command_is_confirmed_through_tasks_update() {
     server.stop().await;
 }
 
+/// How many `get-task` calls the plugin has served, from `/metrics`.
+async fn plugin_get_task_calls(http: &reqwest::Client, url: &str) -> u64 {
+    let metrics = metrics_text(http, url).await;
+    let prefix = r#"settle_plugin_calls_total{tenant="default",call="get-task",outcome="ok"} "#;
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .map_or(0, |count| count.trim().parse().unwrap())
+}
+
+/// `tasks/get` of a task that ended is answered by the runner, from the
+/// view the plugin gave when the task ended: the same answer, and no call
+/// into the plugin. A task still working is asked of the plugin each time.
+#[tokio::test]
+async fn an_ended_task_is_answered_by_the_runner_without_a_plugin_call() {
+    let (sim, server, client) = setup(400, BOTH).await;
+    let http = reqwest::Client::new();
+    let (id, status) = task_id(
+        call(
+            &client,
+            "set_temperature",
+            json!({"device_id": "ac-living", "temperature": 23}),
+        )
+        .await,
+    );
+    assert_eq!(status, TaskStatus::Working);
+    let before = plugin_get_task_calls(&http, &server.url).await;
+    let working = wait_for_status(&client, &id, TaskStatus::Working).await;
+    assert_eq!(working["taskId"], json!(id));
+    assert_eq!(
+        plugin_get_task_calls(&http, &server.url).await,
+        before + 1,
+        "a working task is the plugin's to answer"
+    );
+
+    let done = wait_for_status(&client, &id, TaskStatus::Completed).await;
+    assert_eq!(
+        done["result"]["structuredContent"]["result"]["observed"]["target_temperature"],
+        json!(23.0),
+        "{done}"
+    );
+    let asked = plugin_get_task_calls(&http, &server.url).await;
+    for _ in 0..5 {
+        let again = wait_for_status(&client, &id, TaskStatus::Completed).await;
+        assert_eq!(again, done, "an ended task's answer never changes");
+    }
+    assert_eq!(
+        plugin_get_task_calls(&http, &server.url).await,
+        asked,
+        "an ended task is answered without the plugin"
+    );
+
+    // A task cancelled before it ended is kept the same way.
+    let (cancelled, _) = task_id(
+        call(
+            &client,
+            "set_temperature",
+            json!({"device_id": "ac-bedroom", "temperature": 21}),
+        )
+        .await,
+    );
+    client
+        .cancel_task(rmcp::model::CancelTaskParams::new(cancelled.clone()))
+        .await
+        .unwrap();
+    let asked = plugin_get_task_calls(&http, &server.url).await;
+    let view = wait_for_status(&client, &cancelled, TaskStatus::Cancelled).await;
+    assert_eq!(view["taskId"], json!(cancelled));
+    assert_eq!(plugin_get_task_calls(&http, &server.url).await, asked);
+    assert!(sim_counts(&sim, "ac-living").0 >= 1);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn a_declined_task_confirmation_sends_nothing() {
     let (sim, server, client) = setup(200, BOTH).await;
