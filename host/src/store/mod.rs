@@ -144,6 +144,14 @@ impl Store {
         }
     }
 
+    /// The same store, writing [`Durability::OnWrite`]: for the last write
+    /// of a call whose writes must reach the disk anyway. One fsync'd
+    /// commit then puts them all there, and the flush after it finds
+    /// nothing left: one job fewer for the store's writer.
+    pub fn on_write(&self) -> Store {
+        Store::on(self.backend.clone())
+    }
+
     /// Flushes if this handle wrote, or read a value not yet on disk, since
     /// its last flush: the step before a call's answer leaves.
     pub async fn flush_owed(&self) -> StoreResult<()> {
