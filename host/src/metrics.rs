@@ -3,8 +3,10 @@
 //! outbound requests, plugin faults and plugin swaps, and what the HTTP
 //! server's limits did (open and refused connections, header-read
 //! timeouts, open and refused listen streams, rate-limited requests),
-//! which route each MCP POST took (served directly or through rmcp), and
-//! whether each call's fresh instance was made ahead of it or for it.
+//! which route each MCP POST took (served directly or through rmcp),
+//! whether each call's fresh instance was made ahead of it or for it, and
+//! who answered each `tasks/get` (the runner, from an ended task's kept
+//! view, or the plugin).
 //!
 //! Labels are tenant names, call names, outcomes and statuses only: never a
 //! token, a URL or anything a device reported.
@@ -48,6 +50,12 @@ struct InstanceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AnsweredLabels {
+    tenant: String,
+    answered_by: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FaultLabels {
     tenant: String,
     kind: String,
@@ -75,6 +83,7 @@ pub struct Metrics {
     rate_limited: Family<TenantLabels, Counter>,
     mcp_requests: Family<RouteLabels, Counter>,
     instances: Family<InstanceLabels, Counter>,
+    task_reads: Family<AnsweredLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -166,6 +175,12 @@ impl Default for Metrics {
             "Fresh plugin instances calls ran in, by tenant and when each was made: ahead (a spare, made while the tenant's previous call waited) or inline (made for the call)",
             instances.clone(),
         );
+        let task_reads = Family::<AnsweredLabels, Counter>::default();
+        registry.register(
+            "task_reads",
+            "tasks/get requests by tenant and who answered: the runner (an ended task's view, kept since it ended) or the plugin",
+            task_reads.clone(),
+        );
         Metrics {
             registry,
             calls,
@@ -182,6 +197,7 @@ impl Default for Metrics {
             rate_limited,
             mcp_requests,
             instances,
+            task_reads,
         }
     }
 }
@@ -313,6 +329,18 @@ impl Metrics {
             .inc();
     }
 
+    /// A `tasks/get` of `tenant` was answered by the runner from an ended
+    /// task's kept view (`by_runner`), or by the plugin. Shows operators
+    /// how much of the polling costs no plugin call.
+    pub fn task_read(&self, tenant: &str, by_runner: bool) {
+        self.task_reads
+            .get_or_create(&AnsweredLabels {
+                tenant: tenant.to_string(),
+                answered_by: if by_runner { "runner" } else { "plugin" },
+            })
+            .inc();
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -343,6 +371,9 @@ mod tests {
         m.instance("alice", true);
         m.instance("alice", true);
         m.instance("bob", false);
+        m.task_read("alice", true);
+        m.task_read("alice", true);
+        m.task_read("alice", false);
         let text = m.render();
         for line in [
             "settle_http_connections 1",
@@ -353,6 +384,8 @@ mod tests {
             r#"settle_rate_limited_total{tenant="alice"} 1"#,
             r#"settle_plugin_instances_total{tenant="alice",made="ahead"} 2"#,
             r#"settle_plugin_instances_total{tenant="bob",made="inline"} 1"#,
+            r#"settle_task_reads_total{tenant="alice",answered_by="runner"} 2"#,
+            r#"settle_task_reads_total{tenant="alice",answered_by="plugin"} 1"#,
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }

@@ -126,7 +126,10 @@ impl Settle {
         let _in_flight = self.drain().enter();
         let runtime = self.dispatch.runtime();
         let tenant = self.dispatch.tenant();
-        let detailed = match runtime.ended_task(tenant, task_id).await {
+        let ended = runtime.ended_task(tenant, task_id).await;
+        let metrics = &tenant.context.metrics;
+        metrics.task_read(tenant.name(), ended.is_some());
+        let detailed = match ended {
             Some(ended) => ended,
             None => {
                 runtime

@@ -210,11 +210,22 @@ async fn a_gated_command_is_confirmed_through_tasks_update() {
 
 /// How many `get-task` calls the plugin has served, from `/metrics`.
 async fn plugin_get_task_calls(http: &reqwest::Client, url: &str) -> u64 {
+    let series = r#"settle_plugin_calls_total{tenant="default",call="get-task",outcome="ok"}"#;
+    counter(http, url, series).await
+}
+
+/// How many `tasks/get` the runner answered from a kept view.
+async fn task_reads_by_runner(http: &reqwest::Client, url: &str) -> u64 {
+    let series = r#"settle_task_reads_total{tenant="default",answered_by="runner"}"#;
+    counter(http, url, series).await
+}
+
+/// The value of one counter `series` on `/metrics`; 0 before it counted.
+async fn counter(http: &reqwest::Client, url: &str, series: &str) -> u64 {
     let metrics = metrics_text(http, url).await;
-    let prefix = r#"settle_plugin_calls_total{tenant="default",call="get-task",outcome="ok"} "#;
     metrics
         .lines()
-        .find_map(|line| line.strip_prefix(prefix))
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
         .map_or(0, |count| count.trim().parse().unwrap())
 }
 
@@ -250,6 +261,7 @@ async fn an_ended_task_is_answered_by_the_runner_without_a_plugin_call() {
         "{done}"
     );
     let asked = plugin_get_task_calls(&http, &server.url).await;
+    let served = task_reads_by_runner(&http, &server.url).await;
     for _ in 0..5 {
         let again = wait_for_status(&client, &id, TaskStatus::Completed).await;
         assert_eq!(again, done, "an ended task's answer never changes");
@@ -258,6 +270,11 @@ async fn an_ended_task_is_answered_by_the_runner_without_a_plugin_call() {
         plugin_get_task_calls(&http, &server.url).await,
         asked,
         "an ended task is answered without the plugin"
+    );
+    assert_eq!(
+        task_reads_by_runner(&http, &server.url).await,
+        served + 5,
+        "operators see each read the runner answered"
     );
 
     // A task cancelled before it ended is kept the same way.
