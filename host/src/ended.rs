@@ -64,10 +64,13 @@ fn pack(view: &str) -> Option<Vec<u8>> {
     if view.len() > MAX_VIEW_BYTES {
         return None;
     }
-    let block = lz4_flex::block::compress_prepend_size(view.as_bytes());
-    let mut packed = Vec::with_capacity(1 + block.len());
-    packed.push(PACKED);
-    packed.extend_from_slice(&block);
+    // Packed in place after the header: one buffer, no copy.
+    const HEADER: usize = 5;
+    let mut packed = vec![0; HEADER + lz4_flex::block::get_maximum_output_size(view.len())];
+    packed[0] = PACKED;
+    packed[1..HEADER].copy_from_slice(&u32::try_from(view.len()).ok()?.to_le_bytes());
+    let length = lz4_flex::block::compress_into(view.as_bytes(), &mut packed[HEADER..]).ok()?;
+    packed.truncate(HEADER + length);
     Some(packed)
 }
 
@@ -168,13 +171,14 @@ impl Pending {
 mod tests {
     use super::*;
 
-    /// A completed task's view in the device plugin's shape: its result
-    /// once as text, once as structured content.
+    /// A completed task's view as the tasks extension shapes one: its
+    /// result once as text, once as structured content. The runner never
+    /// reads what the result says; any plugin's will do.
     fn completed_view() -> String {
-        let result = r#"{"device_id":"ac-living","sent":{"target_temperature":23},"observed":{"target_temperature":23.0,"power":"on","mode":"cool"},"observed_at_ms":1764800000000}"#;
+        let result = r#"{"requested":{"level":3},"observed":{"level":3,"state":"on"},"reads":2,"note":"the reported state matches the requested one"}"#;
         let text = serde_json::to_string(result).unwrap();
         format!(
-            r#"{{"taskId":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","status":"completed","createdAt":"2026-12-04T15:00:00Z","lastUpdatedAt":"2026-12-04T15:00:31Z","ttl":14940000,"result":{{"content":[{{"type":"text","text":{text}}}],"structuredContent":{result},"isError":false}}}}"#
+            r#"{{"taskId":"0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b","status":"completed","statusMessage":"the reported state matches the requested one","createdAt":"2026-12-04T15:00:00Z","lastUpdatedAt":"2026-12-04T15:00:31Z","ttlMs":14940000,"pollIntervalMs":1000,"result":{{"content":[{{"type":"text","text":{text}}}],"structuredContent":{result},"isError":false}}}}"#
         )
     }
 
