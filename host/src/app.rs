@@ -96,6 +96,9 @@ impl Runner {
                     )
                 })?
                 .tools;
+            if !plugin.keeps_ended {
+                forget_unvouched_views(&store, tenant).await;
+            }
             tracing::info!(
                 tenant = %tenant.name(),
                 plugin = %plugin.source.display(),
@@ -331,5 +334,25 @@ impl Runner {
         self.background_stop.cancel();
         let _ = self.scheduler.await;
         tracing::info!("stopped");
+    }
+}
+
+/// Drops the views of ended tasks a runner before this one may have kept
+/// for `tenant` ([`crate::ended`]), whose plugin now cannot say when it
+/// removes a task: kept, they could outlive their tasks and be served
+/// again after a swap back. A failure (the store not up yet) is logged:
+/// this plugin never serves them, and a swap to one that would drops them
+/// first.
+async fn forget_unvouched_views(store: &Store, tenant: &Tenant) {
+    match crate::ended::forget_all(store, &tenant.context.namespace).await {
+        Ok(0) => {}
+        Ok(count) => tracing::info!(
+            tenant = %tenant.name(),
+            "dropped {count} views of ended tasks kept for an earlier plugin"
+        ),
+        Err(e) => tracing::warn!(
+            tenant = %tenant.name(),
+            "views of ended tasks kept for an earlier plugin were not dropped (they are not served): {e}"
+        ),
     }
 }

@@ -12,7 +12,10 @@
 //!
 //! Kept only for a plugin that imports `forget-tasks`, which it calls
 //! before it removes a task: a plugin that cannot tell the runner a task
-//! is gone is asked every time, so no answer outlives its task.
+//! is gone is asked every time, so no answer outlives its task. While such
+//! a plugin serves, the views kept before are dropped ([`forget_all`]: at
+//! start, and at a swap to or from it), so none is left to answer for a
+//! task that went meanwhile.
 //!
 //! A view is stored after the change it shows is on disk (the plugin's
 //! record was flushed before its notice), so serving it never tells of a
@@ -99,6 +102,28 @@ pub async fn forget(store: &Store, tenant_namespace: &str, task_ids: &[String]) 
     store
         .delete_many(&namespace(tenant_namespace), task_ids)
         .await
+}
+
+/// Drops every view the tenant has; returns how many there were.
+///
+/// For when views and tasks may have parted: a plugin that cannot say when
+/// it removes a task (no `forget-tasks`) has taken over, or is handing over
+/// to one that can. While such a plugin serves, its tasks may go without a
+/// word, so a view kept from before could later answer for a task that no
+/// longer exists; dropped, the next read of each task asks the plugin.
+pub async fn forget_all(store: &Store, tenant_namespace: &str) -> StoreResult<usize> {
+    let namespace = namespace(tenant_namespace);
+    let mut forgotten = 0;
+    loop {
+        // Each page is deleted before the next is listed, so the first
+        // page is always the next one.
+        let (keys, _) = store.list_keys(&namespace, None).await?;
+        if keys.is_empty() {
+            return Ok(forgotten);
+        }
+        store.delete_many(&namespace, &keys).await?;
+        forgotten += keys.len();
+    }
 }
 
 /// The views one call's ended tasks left to store. They are written once,

@@ -12,6 +12,7 @@
 
 use crate::bindings::settle::plugin::types::Tool;
 use crate::events::Event;
+use crate::plugin::Plugin;
 use crate::runtime::Runtime;
 use crate::tenant::{Tenant, Tenants};
 use serde::Serialize;
@@ -111,6 +112,11 @@ impl Swapper {
             Some(old) => !same_tools(old, &tools),
             None => true,
         };
+        if current.keeps_ended != plugin.keeps_ended
+            && let Err(reason) = self.drop_views(tenant, &plugin).await
+        {
+            return self.refused(tenant, reason);
+        }
         tenant.plugin.store(plugin.clone());
         let took = started.elapsed();
         tenant.context.metrics.swap(tenant.name(), "loaded");
@@ -131,6 +137,31 @@ impl Swapper {
         SwapOutcome::Loaded {
             took_ms: took.as_secs_f64() * 1e3,
             tools_changed,
+        }
+    }
+
+    /// Drops the tenant's views of ended tasks ([`crate::ended`]) at a swap
+    /// to or from a plugin that cannot say when it removes a task: while
+    /// one serves, tasks may go and their views stay. When a plugin that
+    /// keeps views takes over from one, it must start from no view it
+    /// cannot vouch for: if they cannot be dropped, the swap is refused.
+    /// When one takes over from a plugin that keeps views, they are dropped
+    /// only to free the space (it never serves them): a failure is logged,
+    /// and the next swap to a plugin that keeps views drops them.
+    async fn drop_views(&self, tenant: &Tenant, next: &Plugin) -> Result<(), String> {
+        match crate::ended::forget_all(self.runtime.store(), &tenant.context.namespace).await {
+            Ok(count) => {
+                tracing::info!(tenant = %tenant.name(), "dropped {count} views of ended tasks at the swap");
+                Ok(())
+            }
+            Err(e) if next.keeps_ended => Err(format!(
+                "the views of ended tasks kept before could not be dropped, and {} would serve them: {e}",
+                next.source.display()
+            )),
+            Err(e) => {
+                tracing::warn!(tenant = %tenant.name(), "the views of ended tasks were not dropped at the swap (they are not served): {e}");
+                Ok(())
+            }
         }
     }
 

@@ -86,3 +86,33 @@ fn ended_tasks_are_kept_only_for_a_plugin_that_says_when_it_removes_one() {
     assert!(!keeps(fixtures_plugin_path()), "the fixtures plugin");
     assert!(!keeps(hello_plugin_path()), "the hello plugin");
 }
+
+/// Views a runner kept for a plugin that can forget tasks may have
+/// outlived their tasks once a runner serves one that cannot (it removes
+/// tasks without a word), so that runner drops them when it starts; one
+/// whose plugin keeps views keeps them.
+#[tokio::test]
+async fn a_runner_whose_plugin_cannot_forget_tasks_drops_the_views_kept_before() {
+    async fn views_left_after_start(config: settle::config::RunnerConfig) -> usize {
+        let store = config.store.clone();
+        let views = settle::ended::namespace(&config.tenants[0].namespace);
+        let kept = (0..1200)
+            .map(|i| (format!("t-{i}"), br#"{"status":"completed"}"#.to_vec()))
+            .collect();
+        store.set_many(&views, kept).await.unwrap();
+        let _runner = settle::app::Runner::start(config)
+            .await
+            .expect("runner starts");
+        store.list_keys(&views, None).await.unwrap().0.len()
+    }
+    assert_eq!(
+        views_left_after_start(config_for(&fixtures_plugin_path(), &[])).await,
+        0,
+        "the fixtures plugin"
+    );
+    assert_eq!(
+        views_left_after_start(config(&[])).await,
+        1000,
+        "the device plugin (one page of the listing)"
+    );
+}

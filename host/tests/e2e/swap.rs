@@ -185,3 +185,64 @@ async fn after_a_swap_the_mcp_layer_describes_the_new_plugins_tools_and_server()
         "instructions after the swap: {instructions:?}"
     );
 }
+
+/// While a plugin without `forget-tasks` serves, its tasks may go without
+/// a word, so the views the runner kept for ended tasks are dropped when
+/// one takes over and again when a plugin that keeps views comes back:
+/// a view must never answer for a task that may be gone.
+#[tokio::test]
+async fn views_of_ended_tasks_are_dropped_at_a_swap_to_or_from_a_plugin_that_cannot_forget() {
+    let s = Setup::new(&plugin_path(), &[("device_api", "http://127.0.0.1:9")]);
+    let tenant = s.tenant();
+    let store = s.runtime.store();
+    let views = settle::ended::namespace(&tenant.context.namespace);
+    let views_left = async || store.list_keys(&views, None).await.unwrap().0.len();
+    let keep_views = |ids: &[&str]| {
+        let pairs = ids
+            .iter()
+            .map(|id| {
+                (
+                    id.to_string(),
+                    format!(r#"{{"taskId":"{id}"}}"#).into_bytes(),
+                )
+            })
+            .collect();
+        store.set_many(&views, pairs)
+    };
+    // More than one page of the store's listing.
+    let many: Vec<String> = (0..2500).map(|i| format!("t-{i}")).collect();
+    keep_views(&many.iter().map(String::as_str).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert!(s.runtime.ended_task(&tenant, "t-7").await.is_some());
+
+    let outcome = s
+        .swap_to(&std::fs::read(fixtures_plugin_path()).unwrap())
+        .await;
+    assert!(matches!(outcome, SwapOutcome::Loaded { .. }), "{outcome:?}");
+    assert_eq!(views_left().await, 0);
+
+    // A view left behind by a call of the device plugin still in flight
+    // at the swap: the device plugin, swapped back, does not serve it.
+    keep_views(&["t-late"]).await.unwrap();
+    let outcome = s.swap_to(&std::fs::read(plugin_path()).unwrap()).await;
+    assert!(matches!(outcome, SwapOutcome::Loaded { .. }), "{outcome:?}");
+    assert_eq!(s.runtime.ended_task(&tenant, "t-late").await, None);
+    assert_eq!(views_left().await, 0);
+
+    // Between two plugins that keep views, nothing is dropped.
+    keep_views(&["t-kept"]).await.unwrap();
+    let mut other_build = std::fs::read(plugin_path()).unwrap();
+    // Other bytes, the same plugin: a custom section appended.
+    other_build.push(0);
+    wasm_encoder::Encode::encode(
+        &wasm_encoder::CustomSection {
+            name: "settle-test".into(),
+            data: b"another build"[..].into(),
+        },
+        &mut other_build,
+    );
+    let outcome = s.swap_to(&other_build).await;
+    assert!(matches!(outcome, SwapOutcome::Loaded { .. }), "{outcome:?}");
+    assert!(s.runtime.ended_task(&tenant, "t-kept").await.is_some());
+}
