@@ -770,6 +770,12 @@ async fn tasks_end(url: &str, id: &str) -> anyhow::Result<()> {
 
 /// From a task's change (its `lastUpdatedAt`, stamped by the plugin) to a
 /// listener receiving it.
+///
+/// The devices act 300 ms after a command, so the first tasks created may
+/// end before the listen stream is acknowledged; the stream owes nothing
+/// for those. Once it is acknowledged (the runner follows the tasks from
+/// then on), every task is read once with `tasks/get`: each still working
+/// then must end on the stream, and the row says how many did.
 async fn notification_delay(url: &str) -> anyhow::Result<()> {
     const TASKS: usize = 200;
     // A setpoint the devices are not at yet, so every task changes while
@@ -787,13 +793,27 @@ async fn notification_delay(url: &str) -> anyhow::Result<()> {
         .await?;
     let mut delays = Vec::new();
     let mut ended = std::collections::HashSet::new();
+    // The tasks still working once the stream was acknowledged, read
+    // beside the stream so its notifications are timed as they come.
+    let mut working_at_ack: Option<tokio::task::JoinHandle<anyhow::Result<Vec<String>>>> = None;
+    let mut owed: Option<Vec<String>> = None;
     let mut buffer = String::new();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while ended.len() < TASKS && Instant::now() < deadline {
-        let Ok(Ok(Some(chunk))) =
-            tokio::time::timeout(Duration::from_secs(10), response.chunk()).await
-        else {
+    loop {
+        if let Some(check) = working_at_ack.take_if(|check| check.is_finished()) {
+            owed = Some(check.await??);
+        }
+        if owed
+            .as_ref()
+            .is_some_and(|owed| owed.iter().all(|id| ended.contains(id)))
+            || Instant::now() >= deadline
+        {
             break;
+        }
+        let chunk = match tokio::time::timeout(Duration::from_millis(100), response.chunk()).await {
+            Ok(Ok(Some(chunk))) => chunk,
+            Ok(_) => break,
+            Err(_) => continue,
         };
         let received = std::time::SystemTime::now();
         buffer.push_str(&String::from_utf8_lossy(&chunk));
@@ -802,13 +822,29 @@ async fn notification_delay(url: &str) -> anyhow::Result<()> {
             let Some(data) = line.trim().strip_prefix("data:") else {
                 continue;
             };
-            let Ok(message) = serde_json::from_str::<Value>(data.trim()) else {
+            let Ok(note) = serde_json::from_str::<Value>(data.trim()) else {
                 continue;
             };
-            if message["method"] != "notifications/tasks" {
+            if note["method"] == "notifications/subscriptions/acknowledged" {
+                let (url, ids) = (url.to_string(), ids.clone());
+                working_at_ack = Some(tokio::spawn(async move {
+                    let client = reqwest::Client::new();
+                    let mut working = Vec::new();
+                    for id in ids {
+                        let reply =
+                            message(tasks_get_request(&client, &url, &id).send().await?).await?;
+                        if reply["result"]["status"] == "working" {
+                            working.push(id);
+                        }
+                    }
+                    Ok(working)
+                }));
                 continue;
             }
-            let task = &message["params"];
+            if note["method"] != "notifications/tasks" {
+                continue;
+            }
+            let task = &note["params"];
             let Some(stamp) = task["lastUpdatedAt"]
                 .as_str()
                 .and_then(|t| humantime::parse_rfc3339(t).ok())
@@ -826,6 +862,8 @@ async fn notification_delay(url: &str) -> anyhow::Result<()> {
             }
         }
     }
+    let owed = owed.context("the listen stream was never acknowledged")?;
+    let missed = owed.iter().filter(|id| !ended.contains(*id)).count();
     delays.sort();
     anyhow::ensure!(!delays.is_empty(), "no task notifications arrived");
     println!("## Task change to listener ({TASKS} tasks followed on one listen stream)");
@@ -835,6 +873,13 @@ async fn notification_delay(url: &str) -> anyhow::Result<()> {
         percentile(&delays, 0.5).as_secs_f64() * 1e3,
         percentile(&delays, 0.99).as_secs_f64() * 1e3
     );
+    println!(
+        "  {} tasks still working when the stream was acknowledged, {} of them heard ending ({missed} not); {} had ended before",
+        owed.len(),
+        owed.len() - missed,
+        TASKS - owed.len()
+    );
+    anyhow::ensure!(missed == 0, "{missed} tasks ended without a notification");
     Ok(())
 }
 

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncBufReadExt;
 
@@ -319,12 +319,12 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(url) = &args.check_redis {
         println!("## Results (the tasks stored in {url})");
-        check_tasks(&args, &read_redis(url).await?)?;
+        let verdict = check_tasks(&args, &read_redis(url).await?)?;
         println!(
             "  store size: {:.0} MiB",
             redis_memory(url).await? as f64 / (1 << 20) as f64
         );
-        return Ok(());
+        return verdict.into_result();
     }
     let root = root();
     let plugin = root.join("target/wasm32-wasip2/release/settle_devices.wasm");
@@ -489,9 +489,27 @@ async fn main() -> anyhow::Result<()> {
     let mut ids = vec![String::new(); args.tasks];
     let created_at = Instant::now();
     let first = 10_000.min(args.tasks);
-    create(&args, &urls, &mut ids, 0..first, created_at).await?;
+    // When the last device had its first command, in ms after `created_at`.
+    let last_first_command = Arc::new(AtomicU64::new(0));
+    create(
+        &args,
+        &urls,
+        &mut ids,
+        0..first,
+        created_at,
+        &last_first_command,
+    )
+    .await?;
     let small_store_cost = tasks_get_cost(&urls[0], &ids[..first], 1_000).await?;
-    create(&args, &urls, &mut ids, first..args.tasks, created_at).await?;
+    create(
+        &args,
+        &urls,
+        &mut ids,
+        first..args.tasks,
+        created_at,
+        &last_first_command,
+    )
+    .await?;
     let creation = created_at.elapsed();
     println!(
         "  created {} tasks in {:.0} s ({:.0} tasks/s, {} concurrent clients)",
@@ -525,10 +543,13 @@ async fn main() -> anyhow::Result<()> {
     // its delay after its first command, and the tasks created before
     // that end with it. A task created after it finds the value already
     // shown and ends at its device's next read. So everything has ended two
-    // polls after the later of the two: wait that long, then stop the
-    // runners and read the store.
-    let wait = Duration::from_millis(longest_delay_ms).saturating_sub(creation)
-        + Duration::from_millis(2 * args.poll_ms + 5_000);
+    // polls after the later of the two: wait that long after the last
+    // device's first command (with one task per device, that is the end of
+    // creation), then stop the runners and read the store.
+    let settled_at = Duration::from_millis(
+        last_first_command.load(Ordering::Relaxed) + longest_delay_ms + 2 * args.poll_ms + 5_000,
+    );
+    let wait = settled_at.saturating_sub(created_at.elapsed());
     println!(
         "  waiting {:.0} s for the devices to act and the tasks to settle",
         wait.as_secs_f64()
@@ -575,7 +596,7 @@ async fn main() -> anyhow::Result<()> {
         _ => redis_memory(&store).await?,
     };
     println!("## Results");
-    check_tasks(&args, &records)?;
+    let verdict = check_tasks(&args, &records)?;
     println!(
         "  sensor reads: {reads} over {} devices ({:.1} per device; {:.3} per task); control requests: {controls}",
         args.devices,
@@ -621,13 +642,44 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     drop(sim);
-    Ok(())
+    verdict.into_result()
+}
+
+/// How many tasks are missing from the store, did not complete, or
+/// completed past their limit: a run with any fails (everything is printed
+/// first).
+struct Verdict {
+    /// Created, and found in the store.
+    created: usize,
+    tasks: usize,
+    not_completed: usize,
+    late: usize,
+}
+
+impl Verdict {
+    fn into_result(self) -> anyhow::Result<()> {
+        let Verdict {
+            created,
+            tasks,
+            not_completed,
+            late,
+        } = self;
+        ensure!(
+            tasks == created,
+            "{created} tasks were created and {tasks} are in the store"
+        );
+        ensure!(
+            not_completed == 0 && late == 0,
+            "of {tasks} tasks, {not_completed} did not complete and {late} completed past their device's delay + 2 polls"
+        );
+        Ok(())
+    }
 }
 
 /// Checks every stored task against its device's delay plus two polls and
 /// prints what it found: how many completed, how many were late, how many
 /// polls after its device acted each ended, and when the completions ran.
-fn check_tasks(args: &Args, records: &[Vec<u8>]) -> anyhow::Result<()> {
+fn check_tasks(args: &Args, records: &[Vec<u8>]) -> anyhow::Result<Verdict> {
     let limit_ms = |device: &str| device_delay_ms(args, device) + 2 * args.poll_ms;
     let outcomes = records
         .iter()
@@ -729,7 +781,12 @@ fn check_tasks(args: &Args, records: &[Vec<u8>]) -> anyhow::Result<()> {
             ends.len() as f64 / ((last - first).max(1) as f64 / 1e3)
         );
     }
-    Ok(())
+    Ok(Verdict {
+        created: args.tasks,
+        tasks: outcomes.len(),
+        not_completed: other,
+        late: late_count,
+    })
 }
 
 /// What the check needs of one stored task record.
@@ -753,6 +810,7 @@ async fn create(
     ids: &mut [String],
     range: std::ops::Range<usize>,
     started: Instant,
+    last_first_command: &Arc<AtomicU64>,
 ) -> anyhow::Result<()> {
     let end = range.end;
     let next = Arc::new(AtomicUsize::new(range.start));
@@ -760,6 +818,7 @@ async fn create(
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..args.concurrency {
         let (next, created, urls) = (next.clone(), created.clone(), urls.to_vec());
+        let last_first_command = last_first_command.clone();
         let devices = args.devices;
         workers.spawn(async move {
             let client = settle_client();
@@ -780,6 +839,11 @@ async fn create(
                     .as_str()
                     .with_context(|| format!("task {i} was not created: {reply}"))?;
                 created.lock().unwrap().push((i, id.to_string()));
+                if i < devices {
+                    // Device `i`'s first command: it acts its delay after this.
+                    let at = started.elapsed().as_millis() as u64;
+                    last_first_command.fetch_max(at, Ordering::Relaxed);
+                }
             }
         });
     }
