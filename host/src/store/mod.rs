@@ -14,7 +14,7 @@ use redb_file::RedbStore;
 use redis_server::RedisStore;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A store failure. The plugin sees it as `wasi:keyvalue` `other(..)`, the
 /// scheduler retries, MCP callers get an internal error that says so.
@@ -85,8 +85,9 @@ pub struct Store {
     /// How this handle's writes reach the disk.
     durability: Durability,
     /// A deferring handle's mark: it wrote, or read a value not yet on
-    /// disk, since its last [`Store::flush_owed`].
-    owed: Option<Arc<AtomicBool>>,
+    /// disk, since its last [`Store::flush_owed`]. 0 when it did not;
+    /// otherwise 1 + the backend's [`Store::epoch`] when it first did.
+    owed: Option<Arc<AtomicU64>>,
 }
 
 #[derive(Clone)]
@@ -140,7 +141,7 @@ impl Store {
         Store {
             backend: self.backend.clone(),
             durability: Durability::AtFlush,
-            owed: Some(Arc::new(AtomicBool::new(false))),
+            owed: Some(Arc::new(AtomicU64::new(0))),
         }
     }
 
@@ -155,9 +156,37 @@ impl Store {
     /// Flushes if this handle wrote, or read a value not yet on disk, since
     /// its last flush: the step before a call's answer leaves.
     pub async fn flush_owed(&self) -> StoreResult<()> {
-        match &self.owed {
-            Some(owed) if owed.swap(false, Ordering::AcqRel) => self.flush().await,
-            _ => Ok(()),
+        match self
+            .owed
+            .as_ref()
+            .map(|owed| owed.swap(0, Ordering::AcqRel))
+        {
+            None | Some(0) => Ok(()),
+            Some(since) => self.flush_from(since - 1).await,
+        }
+    }
+
+    /// Puts what this handle owes on disk, and every write before it; an
+    /// error if the store was opened again after a disk error since the
+    /// handle's first write of `epoch` (what it owed is gone, and must not
+    /// be reported as on disk). Checked after the flush: a reopen during it
+    /// may have lost them too.
+    async fn flush_from(&self, epoch: u64) -> StoreResult<()> {
+        self.flush_backend().await?;
+        if self.epoch() != epoch {
+            return Err(StoreError::Unavailable(
+                "writes this call made were lost: the store was opened again after a disk error before they reached the disk".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The file backend's reopen after a disk error, without the error.
+    #[cfg(test)]
+    pub(crate) fn fail_and_reopen(&self) {
+        match &self.backend {
+            Redb(r) => r.fail_and_reopen(),
+            Memory(_) | Redis(_) => unreachable!("only a file is opened again"),
         }
     }
 
@@ -166,27 +195,52 @@ impl Store {
     pub(crate) fn owes_flush(&self) -> bool {
         self.owed
             .as_ref()
-            .is_some_and(|owed| owed.load(Ordering::Acquire))
+            .is_some_and(|owed| owed.load(Ordering::Acquire) != 0)
     }
 
-    /// Marks a deferring handle as owing a flush.
+    /// Marks a deferring handle as owing a flush, from the current epoch
+    /// unless it owed one already.
     fn owe(&self) {
+        self.owe_since(self.epoch());
+    }
+
+    fn owe_since(&self, epoch: u64) {
         if let Some(owed) = &self.owed {
-            owed.store(true, Ordering::Release);
+            let _ = owed.compare_exchange(0, epoch + 1, Ordering::AcqRel, Ordering::Acquire);
         }
     }
 
-    /// After a read of `key` in `ns`: a deferring handle owes a flush when
-    /// the value it read may not be on disk yet.
-    fn saw(&self, ns: &str, key: &str) {
-        if self.owed.is_some() && self.unflushed(ns, key) {
-            self.owe();
+    /// How many times the file backend was opened again after a disk
+    /// error: writes not on disk before then are lost. 0 for the others.
+    fn epoch(&self) -> u64 {
+        match &self.backend {
+            Redb(r) => r.epoch(),
+            Memory(_) | Redis(_) => 0,
+        }
+    }
+
+    /// After a read of `key` in `ns` that started in `epoch`: a deferring
+    /// handle owes a flush when the value it read may not be on disk yet,
+    /// or the store was opened again during the read (the value may be one
+    /// the reopen lost).
+    fn saw(&self, ns: &str, key: &str, epoch: u64) {
+        if self.owed.is_some() && (self.unflushed(ns, key) || self.epoch() != epoch) {
+            self.owe_since(epoch);
         }
     }
 
     /// Puts every write acknowledged so far on disk (the file backend; the
     /// others already are, by their own rules). At once when nothing waits.
+    /// On a deferring handle that owes a flush, an error if its writes were
+    /// lost to a reopen ([`Store::flush_owed`]); it still owes it after.
     pub async fn flush(&self) -> StoreResult<()> {
+        match self.owed.as_ref().map(|owed| owed.load(Ordering::Acquire)) {
+            None | Some(0) => self.flush_backend().await,
+            Some(since) => self.flush_from(since - 1).await,
+        }
+    }
+
+    async fn flush_backend(&self) -> StoreResult<()> {
         match &self.backend {
             Redb(r) => r.flush().await,
             Memory(_) | Redis(_) => Ok(()),
@@ -245,25 +299,27 @@ impl Store {
 
     /// The value of `key` in namespace `ns`.
     pub async fn get(&self, ns: &str, key: &str) -> StoreResult<Option<Vec<u8>>> {
+        let epoch = self.epoch();
         let value = match &self.backend {
             Memory(m) => Ok(m.get(&full_key(ns, key))),
             Redb(r) => r.get(full_key(ns, key)).await,
             Redis(r) => r.get(&full_key(ns, key)).await,
         };
-        self.saw(ns, key);
+        self.saw(ns, key, epoch);
         value
     }
 
     /// Several values in one round trip, in the order of `keys`.
     pub async fn get_many(&self, ns: &str, keys: &[String]) -> StoreResult<Vec<Option<Vec<u8>>>> {
         let full: Vec<String> = keys.iter().map(|k| full_key(ns, k)).collect();
+        let epoch = self.epoch();
         let values = match &self.backend {
             Memory(m) => Ok(full.iter().map(|k| m.get(k)).collect()),
             Redb(r) => r.get_many(full).await,
             Redis(r) => r.get_many(&full).await,
         };
         for key in keys {
-            self.saw(ns, key);
+            self.saw(ns, key, epoch);
         }
         values
     }

@@ -22,14 +22,26 @@
 //! Reads run against a snapshot: point reads on the calling thread (a few
 //! microseconds from redb's page cache, where a hop to tokio's blocking pool
 //! and back cost about 100 µs here), scans on the blocking pool.
+//!
+//! A disk error is not the end of the store. After a commit fails (an
+//! fsync that returns EIO, say), redb refuses every later operation until
+//! the file is closed and opened again, so the writer does that at once,
+//! and then every second while it fails ([`Database::open`] repairs the
+//! file to its last durable commit). Meanwhile every read and write fails
+//! with the reason, and `/readyz` with them. Writes committed without
+//! their fsync before the reopen are gone with it: the store's
+//! [`RedbStore::epoch`] counts reopens, so a call that owed a flush from
+//! before one is told its writes were lost instead of being told they are
+//! on disk.
 
 use super::memory::parse_counter;
 use super::{Due, Durability, StoreError, StoreResult, Wake, split_task_ref, task_ref};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use std::collections::HashSet;
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, mpsc};
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// Plugin data: full key → value.
@@ -47,10 +59,15 @@ const MAX_GROUP: usize = 4096;
 /// the store holds (it counts in the runner's RSS).
 const CACHE_BYTES: usize = 256 << 20;
 
+/// How often the writer tries to open the file again while it cannot.
+const REOPEN_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a reopen waits for reads still holding the old database
+/// before it tries again at the next [`REOPEN_EVERY`].
+const READERS_GRACE: Duration = Duration::from_millis(200);
+
 pub struct RedbStore {
-    db: Arc<Database>,
-    /// What is committed but not yet on disk; the writer keeps it.
-    unflushed: Arc<Unflushed>,
+    shared: Arc<Shared>,
     /// `None` only while dropping.
     writes: Option<mpsc::Sender<Job>>,
     writer: Option<std::thread::JoinHandle<()>>,
@@ -84,6 +101,158 @@ struct Unflushed {
     any: AtomicBool,
     /// Their plugin-data keys (full keys), for [`RedbStore::unflushed`].
     keys: Mutex<HashSet<String>>,
+}
+
+/// What the readers and the writer share.
+struct Shared {
+    path: PathBuf,
+    /// The open database; `None` after a disk error until it is open again.
+    db: RwLock<Option<Arc<Database>>>,
+    /// The database being closed after a disk error, while reads still
+    /// hold it.
+    closing: Mutex<Option<Arc<Database>>>,
+    /// Why `db` is `None`.
+    broken: Mutex<String>,
+    /// What is committed but not yet on disk; the writer keeps it.
+    unflushed: Unflushed,
+    /// How many times the file was opened again after a disk error.
+    epoch: AtomicU64,
+}
+
+impl Shared {
+    /// The open database, or why there is none.
+    fn database(&self) -> StoreResult<Arc<Database>> {
+        self.db
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| {
+                StoreError::Unavailable(
+                    self.broken
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone(),
+                )
+            })
+    }
+
+    fn is_open(&self) -> bool {
+        self.db
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// After a failed commit: the database is closed, to be opened again.
+    fn failed(&self, error: &StoreError) {
+        let old = self
+            .db
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        *self
+            .broken
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = format!(
+            "the store file {} failed ({error}); it is being opened again",
+            self.path.display()
+        );
+        if let Some(old) = old {
+            *self
+                .closing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(old);
+        }
+        tracing::error!(
+            "the store file {} failed: {error}; reads and writes fail until it is opened again",
+            self.path.display()
+        );
+    }
+
+    /// Closes the failed database once no read holds it, and opens the
+    /// file again. Whether it is open now.
+    fn reopen(&self) -> bool {
+        let mut closing = self
+            .closing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(old) = closing.take() {
+            match wait_for_readers(old) {
+                Ok(db) => {
+                    // A failed database cannot write its closing commit;
+                    // the next open repairs the file instead.
+                    if let Err(e) = db.close() {
+                        tracing::debug!("closing the failed store: {e}");
+                    }
+                }
+                Err(old) => {
+                    *closing = Some(old);
+                    return false;
+                }
+            }
+        }
+        drop(closing);
+        match open_database(&self.path) {
+            Ok(db) => {
+                // Whatever was committed without an fsync is gone now.
+                self.unflushed
+                    .keys
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clear();
+                self.unflushed.any.store(false, Ordering::Release);
+                self.epoch.fetch_add(1, Ordering::AcqRel);
+                *self
+                    .db
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(db));
+                tracing::info!("the store file {} is open again", self.path.display());
+                true
+            }
+            Err(e) => {
+                *self
+                    .broken
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = format!(
+                    "the store file {} failed and cannot be opened again yet ({e}); retried every {}s",
+                    self.path.display(),
+                    REOPEN_EVERY.as_secs()
+                );
+                false
+            }
+        }
+    }
+}
+
+/// `db` alone, once the reads that hold it are done ([`READERS_GRACE`]
+/// at most); otherwise `db` back.
+fn wait_for_readers(mut db: Arc<Database>) -> Result<Database, Arc<Database>> {
+    let deadline = Instant::now() + READERS_GRACE;
+    loop {
+        match Arc::try_unwrap(db) {
+            Ok(alone) => return Ok(alone),
+            Err(shared) if Instant::now() < deadline => {
+                db = shared;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(shared) => return Err(shared),
+        }
+    }
+}
+
+/// Opens (or creates) the file with every table in it, so that readers
+/// never meet a missing one.
+fn open_database(path: &Path) -> StoreResult<Database> {
+    let db = Database::builder()
+        .set_cache_size(CACHE_BYTES)
+        .create(path)
+        .map_err(|e| StoreError::Unavailable(format!("opening {}: {e}", path.display())))?;
+    let txn = db.begin_write().map_err(unavailable)?;
+    txn.open_table(KV).map_err(unavailable)?;
+    txn.open_table(DUE).map_err(unavailable)?;
+    txn.open_table(DUE_BY_TASK).map_err(unavailable)?;
+    txn.commit().map_err(unavailable)?;
+    Ok(db)
 }
 
 enum WriteOp {
@@ -138,35 +307,46 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
 
 impl RedbStore {
     pub fn open(path: &Path) -> StoreResult<RedbStore> {
-        let db = Database::builder()
-            .set_cache_size(CACHE_BYTES)
-            .create(path)
-            .map_err(|e| StoreError::Unavailable(format!("opening {}: {e}", path.display())))?;
-        // Create the tables up front so that readers never meet a missing one.
-        let txn = db.begin_write().map_err(unavailable)?;
-        txn.open_table(KV).map_err(unavailable)?;
-        txn.open_table(DUE).map_err(unavailable)?;
-        txn.open_table(DUE_BY_TASK).map_err(unavailable)?;
-        txn.commit().map_err(unavailable)?;
-        let db = Arc::new(db);
-        let unflushed = Arc::new(Unflushed::default());
+        let db = open_database(path)?;
+        let shared = Arc::new(Shared {
+            path: path.to_path_buf(),
+            db: RwLock::new(Some(Arc::new(db))),
+            closing: Mutex::new(None),
+            broken: Mutex::new(String::new()),
+            unflushed: Unflushed::default(),
+            epoch: AtomicU64::new(0),
+        });
         let (writes, jobs) = mpsc::channel();
-        let (for_writer, unflushed_for_writer) = (db.clone(), unflushed.clone());
+        let for_writer = shared.clone();
         let writer = std::thread::Builder::new()
             .name("settle-store-writer".into())
-            .spawn(move || write_loop(&for_writer, &unflushed_for_writer, &jobs))
+            .spawn(move || write_loop(&for_writer, &jobs))
             .map_err(unavailable)?;
         Ok(RedbStore {
-            db,
-            unflushed,
+            shared,
             writes: Some(writes),
             writer: Some(writer),
         })
     }
 
+    /// Acts as if a commit had failed: closes the database and opens it
+    /// again, as the writer does after a disk error.
+    #[cfg(test)]
+    pub fn fail_and_reopen(&self) {
+        self.shared
+            .failed(&StoreError::Unavailable("a disk error, for a test".into()));
+        assert!(self.shared.reopen(), "the file opens again");
+    }
+
+    /// How many times the file was opened again after a disk error. A
+    /// write committed without its fsync in an earlier epoch is lost.
+    pub fn epoch(&self) -> u64 {
+        self.shared.epoch.load(Ordering::Acquire)
+    }
+
     /// Puts every write committed so far on disk; at once when they are.
     pub async fn flush(&self) -> StoreResult<()> {
-        if !self.unflushed.any.load(Ordering::Acquire) {
+        if !self.shared.unflushed.any.load(Ordering::Acquire) {
             return Ok(());
         }
         self.write(WriteOp::Flush, Durability::OnWrite)
@@ -176,9 +356,9 @@ impl RedbStore {
 
     /// Whether `key`'s value may not be on disk yet.
     pub fn unflushed(&self, key: &str) -> bool {
-        self.unflushed.any.load(Ordering::Acquire)
-            && self
-                .unflushed
+        let unflushed = &self.shared.unflushed;
+        unflushed.any.load(Ordering::Acquire)
+            && unflushed
                 .keys
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -187,7 +367,7 @@ impl RedbStore {
 
     /// Whether any write may not be on disk yet.
     pub fn any_unflushed(&self) -> bool {
-        self.unflushed.any.load(Ordering::Acquire)
+        self.shared.unflushed.any.load(Ordering::Acquire)
     }
 
     /// Hands a write to the writer and waits for its commit.
@@ -211,7 +391,8 @@ impl RedbStore {
     /// handful of pages, mostly in redb's cache, so it is cheaper than the
     /// hop to the blocking pool and back.
     fn read_here<T>(&self, f: impl FnOnce(&Database) -> StoreResult<T>) -> StoreResult<T> {
-        f(&self.db)
+        let db = self.shared.database()?;
+        f(&db)
     }
 
     /// Runs a read that may walk many entries on the blocking pool.
@@ -219,7 +400,7 @@ impl RedbStore {
         &self,
         f: impl FnOnce(&Database) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
-        let db = self.db.clone();
+        let db = self.shared.database()?;
         tokio::task::spawn_blocking(move || f(&db))
             .await
             .map_err(|e| StoreError::Unavailable(format!("store worker failed: {e}")))?
@@ -401,10 +582,28 @@ impl RedbStore {
 /// The writer thread: takes every job waiting, applies them in one
 /// transaction in arrival order, commits once, then answers each. The
 /// commit is fsync'd when any job in it asks for that, and then covers
-/// every commit before it. Ends when the store is dropped (redb puts what
-/// is still unflushed on disk when the database closes).
-fn write_loop(db: &Database, unflushed: &Unflushed, jobs: &mpsc::Receiver<Job>) {
-    while let Ok(first) = jobs.recv() {
+/// every commit before it. After a failed commit it closes the database
+/// and opens it again, at once and then every [`REOPEN_EVERY`] while that
+/// fails, answering every job meanwhile with why. Ends when the store is
+/// dropped (redb puts what is still unflushed on disk when the database
+/// closes).
+fn write_loop(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
+    loop {
+        let first = if shared.is_open() {
+            match jobs.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            }
+        } else {
+            match jobs.recv_timeout(REOPEN_EVERY) {
+                Ok(job) => job,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    shared.reopen();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        };
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match jobs.try_recv() {
@@ -412,6 +611,20 @@ fn write_loop(db: &Database, unflushed: &Unflushed, jobs: &mpsc::Receiver<Job>) 
                 Err(_) => break,
             }
         }
+        let db = match shared.database() {
+            Ok(db) => db,
+            Err(_) if shared.reopen() => match shared.database() {
+                Ok(db) => db,
+                Err(e) => {
+                    answer_all(group, &e);
+                    continue;
+                }
+            },
+            Err(e) => {
+                answer_all(group, &e);
+                continue;
+            }
+        };
         // Writes that find others waiting share an fsync, as every write did
         // before: under load it is paid once for many, and their calls'
         // flushes then find nothing to do. A write alone skips it until its
@@ -422,6 +635,7 @@ fn write_loop(db: &Database, unflushed: &Unflushed, jobs: &mpsc::Receiver<Job>) 
                 .iter()
                 .any(|job| matches!(job.durability, Durability::OnWrite));
         let only_flushes = group.iter().all(|job| matches!(job.op, WriteOp::Flush));
+        let unflushed = &shared.unflushed;
         if only_flushes && !unflushed.any.load(Ordering::Acquire) {
             // Everything is on disk already: nothing to commit.
             for job in group {
@@ -429,14 +643,18 @@ fn write_loop(db: &Database, unflushed: &Unflushed, jobs: &mpsc::Receiver<Job>) 
             }
             continue;
         }
-        let outcomes = commit_group(db, unflushed, &group, durable);
-        match outcomes {
+        match commit_group(&db, unflushed, &group, durable) {
             Ok(outcomes) => {
                 for (job, outcome) in group.into_iter().zip(outcomes) {
                     let _ = job.reply.send(outcome);
                 }
             }
-            Err(e) => answer_all(group, &e),
+            Err(e) => {
+                answer_all(group, &e);
+                drop(db);
+                shared.failed(&e);
+                shared.reopen();
+            }
         }
     }
 }

@@ -352,3 +352,39 @@ async fn redb_puts_unflushed_writes_on_disk_when_closed() {
     assert_eq!(store.get("t", "k").await.unwrap(), Some(b"v".to_vec()));
     assert_eq!(store.next_due_ms().await.unwrap(), Some(42));
 }
+
+/// After a disk error the file is closed and opened again, and what was
+/// committed without its fsync may be gone: a call that wrote, or read
+/// such a value, before the reopen is told so by its flushes (before a
+/// command leaves, before its answer), never that it is on disk. A call
+/// from after the reopen flushes as usual, and the data on disk is served.
+#[tokio::test]
+async fn writes_not_on_disk_when_the_file_is_opened_again_are_reported_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_file(&dir.path().join("s.redb")).unwrap();
+    store.set("t", "durable", b"d".to_vec()).await.unwrap();
+    let (writer, reader, idle) = (store.deferring(), store.deferring(), store.deferring());
+    writer.set("t", "k", b"v".to_vec()).await.unwrap();
+    reader.get("t", "k").await.unwrap();
+    idle.get("t", "durable").await.unwrap();
+    assert!(reader.owes_flush(), "it read a value not on disk");
+
+    store.fail_and_reopen();
+
+    for (name, call) in [("writer", &writer), ("reader", &reader)] {
+        let lost = call.flush().await.unwrap_err().to_string();
+        assert!(lost.contains("were lost"), "{name}: {lost}");
+        let lost = call.flush_owed().await.unwrap_err().to_string();
+        assert!(lost.contains("were lost"), "{name}: {lost}");
+    }
+    idle.flush_owed().await.unwrap();
+    assert_eq!(
+        store.get("t", "durable").await.unwrap(),
+        Some(b"d".to_vec())
+    );
+    let after = store.deferring();
+    after.set("t", "k2", b"w".to_vec()).await.unwrap();
+    after.flush().await.unwrap();
+    after.flush_owed().await.unwrap();
+    assert!(!store.any_unflushed());
+}

@@ -14,6 +14,7 @@ mod audit;
 mod browser;
 mod commands;
 mod contract;
+mod disk;
 mod fixtures;
 mod hello;
 mod homeassistant;
