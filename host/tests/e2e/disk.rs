@@ -3,7 +3,7 @@
 //! test says so. A command then is refused with the reason and never
 //! reaches the device, readiness says why, and once the disk heals the
 //! runner opens its store again by itself, with nothing it acknowledged
-//! lost.
+//! lost, and the task in flight through the outage carries on.
 
 use crate::common::*;
 use serde_json::json;
@@ -50,6 +50,12 @@ async fn a_failing_disk_refuses_commands_with_the_reason_and_the_runner_recovers
         "0",
         "--plugin-config",
         FAST,
+        // A task whose advance failed while the disk did is retried when
+        // its lease ends: short here, so the test need not wait 30 s.
+        "--call-timeout-ms",
+        "2000",
+        "--lease-ms",
+        "3000",
     ];
     let server = Process::start_env(
         &argv,
@@ -71,6 +77,16 @@ async fn a_failing_disk_refuses_commands_with_the_reason_and_the_runner_recovers
     let before = before["taskId"].as_str().unwrap().to_string();
     assert_eq!(wait_for_end(&client, &before).await["status"], "completed");
     let sent = sim_counts(&sim, "ac-bedroom").0;
+    // A task still working when the disk fails: its device acts meanwhile.
+    let during = structured(&complete(
+        call(
+            &client,
+            "set_temperature",
+            json!({"device_id": "ac-living", "temperature": 19}),
+        )
+        .await,
+    ));
+    let during = during["taskId"].as_str().unwrap().to_string();
 
     std::fs::write(&failing, b"").unwrap();
     let refused = client
@@ -101,6 +117,22 @@ async fn a_failing_disk_refuses_commands_with_the_reason_and_the_runner_recovers
         server.log()
     );
 
+    // The device acts on the task in flight while the disk still fails
+    // (the runner claims no wake then, so the task waits).
+    let device = format!("{api}/_sim/devices/ac-living");
+    eventually("ac-living acts during the outage", async || {
+        let state: serde_json::Value = reqwest::get(&device)
+            .await
+            .map_err(|e| e.to_string())?
+            .json()
+            .await
+            .map_err(|e| e.to_string())?;
+        match state["settled"].as_array().map(Vec::len) {
+            Some(1..) => Ok(()),
+            _ => Err(state.to_string()),
+        }
+    })
+    .await;
     std::fs::remove_file(&failing).unwrap();
     eventually(
         "the runner opens its store again",
@@ -114,6 +146,11 @@ async fn a_failing_disk_refuses_commands_with_the_reason_and_the_runner_recovers
         wait_for_end(&client, &before).await["status"],
         "completed",
         "the task it acknowledged before is still there"
+    );
+    let resumed = wait_for_end(&client, &during).await;
+    assert_eq!(
+        resumed["status"], "completed",
+        "the task in flight resumes: {resumed}"
     );
     let after = structured(&complete(command(23.0).await));
     let after = after["taskId"].as_str().unwrap().to_string();
