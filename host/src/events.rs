@@ -57,6 +57,27 @@ impl Interest {
             ..Interest::default()
         }
     }
+
+    /// Whether it asked for `event`, a change of a list.
+    fn wants_list(&self, event: &Event) -> bool {
+        match event {
+            Event::ToolsListChanged => self.tools_list,
+            Event::PromptsListChanged => self.prompts_list,
+            Event::ResourcesListChanged => self.resources_list,
+            Event::Task(_) | Event::ResourceUpdated(_) => false,
+        }
+    }
+}
+
+/// What a notice is about, for [`Hub::is_heard`].
+#[derive(Clone, Copy, Debug)]
+pub enum Topic<'a> {
+    /// A change of this task.
+    Task(&'a str),
+    /// An update of the resource with this URI.
+    Resource(&'a str),
+    /// A change of a list ([`Event::ToolsListChanged`] and the like).
+    List(&'a Event),
 }
 
 type Key = (String, String);
@@ -262,17 +283,11 @@ impl Hub {
     }
 
     fn deliver_list_changed(&self, tenant: &str, event: Event) {
-        let wants = |i: &Interest| match event {
-            Event::ToolsListChanged => i.tools_list,
-            Event::PromptsListChanged => i.prompts_list,
-            Event::ResourcesListChanged => i.resources_list,
-            _ => false,
-        };
         self.deliver(
             |r| {
                 r.followers
                     .iter()
-                    .filter(|(_, f)| f.tenant == tenant && wants(&f.interest))
+                    .filter(|(_, f)| f.tenant == tenant && f.interest.wants_list(&event))
                     .map(|(id, _)| *id)
                     .collect()
             },
@@ -293,6 +308,31 @@ impl Hub {
         for id in stuck {
             tracing::warn!("a follower fell {FOLLOWER_BACKLOG} notices behind; ending its stream");
             remove(&mut registry, id);
+        }
+    }
+
+    /// Whether a notice about `topic` of `tenant` would reach anyone: a
+    /// follower here that asked for it, or other replicas (this runner
+    /// relays, and cannot see their followers). A notice nobody hears
+    /// needs nothing put on disk before it, and is not published: a
+    /// follower registered after this answer follows changes from its
+    /// acknowledgement on, and this change was made before.
+    pub fn is_heard(&self, tenant: &str, topic: Topic<'_>) -> bool {
+        if self.outbox.get().is_some() {
+            return true;
+        }
+        let registry = self.lock();
+        match topic {
+            Topic::Task(task_id) => registry
+                .by_task
+                .contains_key(&(tenant.to_string(), task_id.to_string())),
+            Topic::Resource(uri) => registry
+                .by_resource
+                .contains_key(&(tenant.to_string(), uri.to_string())),
+            Topic::List(event) => registry
+                .followers
+                .values()
+                .any(|f| f.tenant == tenant && f.interest.wants_list(event)),
         }
     }
 
@@ -502,5 +542,42 @@ mod tests {
         assert!(matches!(yes.next().await, Some(Event::ToolsListChanged)));
         assert!(no.receiver.try_recv().is_err());
         assert!(other.receiver.try_recv().is_err());
+    }
+
+    /// A notice is heard by a follower of the tenant that asked for it, or
+    /// by other replicas whenever this runner relays; by no one else.
+    #[test]
+    fn a_notice_is_heard_only_by_who_asked_or_by_other_replicas() {
+        let hub = Arc::new(Hub::default());
+        let tools = Event::ToolsListChanged;
+        let prompts = Event::PromptsListChanged;
+        assert!(!hub.is_heard("t", Topic::Task("a")));
+        assert!(!hub.is_heard("t", Topic::Resource("r")));
+        assert!(!hub.is_heard("t", Topic::List(&tools)));
+
+        let task = hub.follow("t", Interest::task("a"));
+        let rest = hub.follow(
+            "t",
+            Interest {
+                resources: ["r".to_string()].into(),
+                tools_list: true,
+                ..Interest::default()
+            },
+        );
+        assert!(hub.is_heard("t", Topic::Task("a")));
+        assert!(!hub.is_heard("t", Topic::Task("b")));
+        assert!(!hub.is_heard("u", Topic::Task("a")), "another tenant's");
+        assert!(hub.is_heard("t", Topic::Resource("r")));
+        assert!(!hub.is_heard("t", Topic::Resource("s")));
+        assert!(hub.is_heard("t", Topic::List(&tools)));
+        assert!(!hub.is_heard("t", Topic::List(&prompts)));
+        assert!(!hub.is_heard("u", Topic::List(&tools)));
+
+        drop((task, rest));
+        assert!(!hub.is_heard("t", Topic::Task("a")), "followers gone");
+        assert!(!hub.is_heard("t", Topic::Resource("r")));
+        let (outbox, _sent) = mpsc::unbounded_channel();
+        hub.relay_to(outbox);
+        assert!(hub.is_heard("t", Topic::Task("a")), "other replicas may");
     }
 }

@@ -5,7 +5,7 @@ use crate::bindings::settle::plugin::types::TaskView;
 use crate::capabilities::kv::KvCtx;
 use crate::context::TenantContext;
 use crate::ended::Pending;
-use crate::events::Event;
+use crate::events::{Event, Topic};
 use crate::store::Wake;
 use wasmtime::component::{HasData, Linker};
 
@@ -72,6 +72,14 @@ fn too_many() -> wit::ScheduleError {
 }
 
 impl RunnerView<'_> {
+    /// Whether anyone would hear a notice about `topic` ([`crate::events::Hub::is_heard`]).
+    /// A notice nobody hears is not sent, and what it tells of needs no
+    /// flush before it: at one command at a time that saved two of a
+    /// command's four fsyncs (docs/performance.md, sixteenth round).
+    fn is_heard(&self, topic: Topic<'_>) -> bool {
+        self.tenant.events.is_heard(&self.tenant.name, topic)
+    }
+
     /// Puts what the runner has committed on disk before a notice leaves
     /// for listeners: a notice never tells of a change a crash could undo.
     /// `false` (logged) when that failed; the notice is then not sent.
@@ -126,7 +134,8 @@ impl wit::Host for RunnerView<'_> {
     }
 
     async fn task_changed(&mut self, task: TaskView) -> wasmtime::Result<()> {
-        if !self.flushed_before("a change of a task").await {
+        let heard = self.is_heard(Topic::Task(&task.task_id));
+        if heard && !self.flushed_before("a change of a task").await {
             return Ok(());
         }
         if task.status.is_terminal() {
@@ -134,10 +143,14 @@ impl wit::Host for RunnerView<'_> {
                 .metrics
                 .task(&self.tenant.name, task.status.as_str());
         }
+        // Kept with an fsync'd write at the end of the call, which puts
+        // the change it shows on disk first (`ended::Pending::store`).
         if let Some(ended) = self.ended {
             ended.note(&task);
         }
-        self.tenant.events.publish_task(&self.tenant.name, task);
+        if heard {
+            self.tenant.events.publish_task(&self.tenant.name, task);
+        }
         Ok(())
     }
 
@@ -159,7 +172,9 @@ impl wit::Host for RunnerView<'_> {
     }
 
     async fn resource_updated(&mut self, uri: String) -> wasmtime::Result<()> {
-        if !self.flushed_before("a change of a resource").await {
+        if !self.is_heard(Topic::Resource(&uri))
+            || !self.flushed_before("a change of a resource").await
+        {
             return Ok(());
         }
         self.tenant.events.publish_resource(&self.tenant.name, &uri);
@@ -172,7 +187,7 @@ impl wit::Host for RunnerView<'_> {
             wit::ListKind::Prompts => Event::PromptsListChanged,
             wit::ListKind::Resources => Event::ResourcesListChanged,
         };
-        if !self.flushed_before("a change of a list").await {
+        if !self.is_heard(Topic::List(&event)) || !self.flushed_before("a change of a list").await {
             return Ok(());
         }
         self.tenant
@@ -272,6 +287,57 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(store.next_due_ms().await.unwrap(), None);
+    }
+
+    /// A notice someone hears waits for what came before it to be on
+    /// disk; one nobody hears is not sent and leaves the flush to the end
+    /// of the call (two fsyncs fewer per command at one at a time).
+    #[tokio::test]
+    async fn a_notice_flushes_first_only_when_someone_hears_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_file(&dir.path().join("s.redb")).unwrap();
+        let kv = KvCtx {
+            store: store.deferring(),
+            namespace: "t".into(),
+        };
+        let tenant = TenantContext::for_tests("t", OutboundPolicy::new(vec![]));
+        let mut view = RunnerView {
+            kv: &kv,
+            tenant: &tenant,
+            request: None,
+            ended: None,
+        };
+        let task = || TaskView {
+            task_id: "a".into(),
+            status: TaskStatus::Working,
+            detailed: "{}".into(),
+            tool_result: "{}".into(),
+        };
+        let uri = "settle://devices/d/state".to_string();
+
+        kv.store.set("t", "record", b"1".to_vec()).await.unwrap();
+        view.task_changed(task()).await.unwrap();
+        view.resource_updated(uri.clone()).await.unwrap();
+        assert!(store.unflushed("t", "record"), "nobody hears: no flush");
+
+        let mut follower = tenant.events.follow(
+            "t",
+            crate::events::Interest {
+                task_ids: ["a".to_string()].into(),
+                resources: [uri.clone()].into(),
+                ..Default::default()
+            },
+        );
+        view.task_changed(task()).await.unwrap();
+        assert!(!store.any_unflushed(), "on disk before the task notice");
+        assert!(matches!(follower.next().await, Some(Event::Task(_))));
+        kv.store.set("t", "record", b"2".to_vec()).await.unwrap();
+        view.resource_updated(uri.clone()).await.unwrap();
+        assert!(!store.any_unflushed(), "on disk before the resource notice");
+        assert!(matches!(
+            follower.next().await,
+            Some(Event::ResourceUpdated(u)) if u == uri
+        ));
     }
 
     #[tokio::test]
