@@ -72,10 +72,11 @@ fn too_many() -> wit::ScheduleError {
 }
 
 impl RunnerView<'_> {
-    /// Whether anyone would hear a notice about `topic` ([`crate::events::Hub::is_heard`]).
-    /// A notice nobody hears is not sent, and what it tells of needs no
-    /// flush before it: at one command at a time that saved two of a
-    /// command's four fsyncs (docs/performance.md, sixteenth round).
+    /// Whether anyone would hear a notice about `topic`
+    /// ([`crate::events::Hub::is_heard`]). A notice nobody hears is not
+    /// sent, and what it tells of needs no flush before it: one command at
+    /// a time takes two fsyncs instead of three (docs/performance.md,
+    /// sixteenth round).
     fn is_heard(&self, topic: Topic<'_>) -> bool {
         self.tenant.events.is_heard(&self.tenant.name, topic)
     }
