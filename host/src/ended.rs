@@ -22,7 +22,7 @@
 //! change a crash could undo; a view lost in a crash only sends the next
 //! read to the plugin again.
 //!
-//! Views are stored compressed ([`pack`]): kept for every task until its
+//! Views are stored compressed (`pack`): kept for every task until its
 //! plugin forgets it, plain views doubled the store (1,000,000 tasks: the
 //! embedded store 2.1 GB before views, 4.2 GB with them; Redis, which holds
 //! it all in memory, 1.5 GB and 3.2 GB).
