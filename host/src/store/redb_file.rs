@@ -117,6 +117,9 @@ struct Shared {
     unflushed: Unflushed,
     /// How many times the file was opened again after a disk error.
     epoch: AtomicU64,
+    /// When the last attempt to open it again started: one a
+    /// [`REOPEN_EVERY`] at most, as an open may repair a large file.
+    last_reopen: Mutex<Option<Instant>>,
 }
 
 impl Shared {
@@ -167,6 +170,21 @@ impl Shared {
             "the store file {} failed: {error}; reads and writes fail until it is opened again",
             self.path.display()
         );
+    }
+
+    /// [`Shared::reopen`], unless an attempt started less than
+    /// [`REOPEN_EVERY`] ago. Whether it is open now.
+    fn reopen_when_due(&self) -> bool {
+        let mut last = self
+            .last_reopen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if last.is_some_and(|at| at.elapsed() < REOPEN_EVERY) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        drop(last);
+        self.reopen()
     }
 
     /// Closes the failed database once no read holds it, and opens the
@@ -315,6 +333,7 @@ impl RedbStore {
             broken: Mutex::new(String::new()),
             unflushed: Unflushed::default(),
             epoch: AtomicU64::new(0),
+            last_reopen: Mutex::new(None),
         });
         let (writes, jobs) = mpsc::channel();
         let for_writer = shared.clone();
@@ -583,8 +602,8 @@ impl RedbStore {
 /// transaction in arrival order, commits once, then answers each. The
 /// commit is fsync'd when any job in it asks for that, and then covers
 /// every commit before it. After a failed commit it closes the database
-/// and opens it again, at once and then every [`REOPEN_EVERY`] while that
-/// fails, answering every job meanwhile with why. Ends when the store is
+/// and opens it again, at once and then at most every [`REOPEN_EVERY`]
+/// while that fails, answering every job meanwhile with why. Ends when the store is
 /// dropped (redb puts what is still unflushed on disk when the database
 /// closes).
 fn write_loop(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
@@ -598,7 +617,7 @@ fn write_loop(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
             match jobs.recv_timeout(REOPEN_EVERY) {
                 Ok(job) => job,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    shared.reopen();
+                    shared.reopen_when_due();
                     continue;
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -613,7 +632,7 @@ fn write_loop(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
         }
         let db = match shared.database() {
             Ok(db) => db,
-            Err(_) if shared.reopen() => match shared.database() {
+            Err(_) if shared.reopen_when_due() => match shared.database() {
                 Ok(db) => db,
                 Err(e) => {
                     answer_all(group, &e);
@@ -653,7 +672,7 @@ fn write_loop(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
                 answer_all(group, &e);
                 drop(db);
                 shared.failed(&e);
-                shared.reopen();
+                shared.reopen_when_due();
             }
         }
     }
