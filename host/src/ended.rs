@@ -17,10 +17,12 @@
 //! start, and at a swap to or from it), so none is left to answer for a
 //! task that went meanwhile.
 //!
-//! A view is stored after the change it shows is on disk (the plugin's
-//! record was flushed before its notice), so serving it never tells of a
-//! change a crash could undo; a view lost in a crash only sends the next
-//! read to the plugin again.
+//! A view is stored with an fsync'd write after the change it shows was
+//! committed, so that write puts the change on disk too, and serving the
+//! view never tells of a change a crash could undo; a view lost in a crash
+//! only sends the next read to the plugin again. If the store was opened
+//! again after a disk error before the call's flush (the change may be
+//! lost), the call's views are withdrawn ([`Pending::withdraw`]).
 //!
 //! Views are stored compressed (`pack`): kept for every task until its
 //! plugin forgets it, plain views doubled the store (1,000,000 tasks: the
@@ -166,20 +168,46 @@ impl Pending {
     /// kept; with one, 1 % (medians of seven runs, docs/performance.md).
     /// A failure is logged, not raised: the plugin answers for a task
     /// whose view is missing.
-    pub async fn store(&self, store: &Store, tenant_namespace: &str) {
+    ///
+    /// Returns the ids it wrote: if the call's own flush then finds its
+    /// writes lost to a reopen of the store after a disk error, the caller
+    /// takes them back with [`Pending::withdraw`].
+    pub async fn store(&self, store: &Store, tenant_namespace: &str) -> Vec<String> {
         let views = std::mem::take(&mut *self.lock());
         if views.is_empty() {
-            return;
+            return Vec::new();
         }
-        let count = views.len();
+        let ids: Vec<String> = views.iter().map(|(id, _)| id.clone()).collect();
         let written = store
             .on_write()
             .set_many(&namespace(tenant_namespace), views)
             .await;
-        if let Err(e) = written {
-            tracing::warn!(
+        match written {
+            Ok(()) => ids,
+            Err(e) => {
+                tracing::warn!(
+                    namespace = tenant_namespace,
+                    "the views of {} ended tasks were not kept; the plugin answers for them: {e}",
+                    ids.len()
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// Drops views [`Pending::store`] wrote for changes that did not reach
+    /// the disk (the store was opened again after a disk error before the
+    /// call's flush): a view must not answer for a change that was lost.
+    /// Best effort: if this fails too, it is logged.
+    pub async fn withdraw(store: &Store, tenant_namespace: &str, ids: &[String]) {
+        if ids.is_empty() {
+            return;
+        }
+        if let Err(e) = forget(&store.on_write(), tenant_namespace, ids).await {
+            tracing::error!(
                 namespace = tenant_namespace,
-                "the views of {count} ended tasks were not kept; the plugin answers for them: {e}"
+                "views of {} tasks whose ends were lost could not be dropped: {e}",
+                ids.len()
             );
         }
     }

@@ -508,12 +508,15 @@ impl Probe<'_> {
         let metrics = &self.tenant.context.metrics;
         let tenant = self.tenant.name();
         let ended = tokio::time::timeout(self.timeout, call).await;
-        if let Some(views) = &self.ended {
-            views
-                .store(&self.writes, &self.tenant.context.namespace)
-                .await;
-        }
+        let namespace = &self.tenant.context.namespace;
+        let viewed = match &self.ended {
+            Some(views) => views.store(&self.writes, namespace).await,
+            None => Vec::new(),
+        };
         let flushed = self.writes.flush_owed().await;
+        if flushed.is_err() {
+            crate::ended::Pending::withdraw(&self.writes, namespace, &viewed).await;
+        }
         let fault = match (ended, flushed) {
             (Ok(Ok(value)), Ok(())) => {
                 metrics.call(tenant, what, "ok", started.elapsed());

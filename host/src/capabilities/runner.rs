@@ -145,7 +145,8 @@ impl wit::Host for RunnerView<'_> {
                 .task(&self.tenant.name, task.status.as_str());
         }
         // Kept with an fsync'd write at the end of the call, which puts
-        // the change it shows on disk first (`ended::Pending::store`).
+        // the change it shows on disk too, and withdrawn if the call's
+        // writes were lost to a reopen of the store (`Probe::guard`).
         if let Some(ended) = self.ended {
             ended.note(&task);
         }
@@ -256,20 +257,33 @@ mod tests {
             .collect()
     }
 
+    /// A call's store context on `store` and the tenant `t`.
+    fn call_on(store: Store) -> (KvCtx, std::sync::Arc<TenantContext>) {
+        let kv = KvCtx {
+            store,
+            namespace: "t".into(),
+        };
+        (
+            kv,
+            TenantContext::for_tests("t", OutboundPolicy::new(vec![])),
+        )
+    }
+
+    /// The runner as a plugin call of `tenant` on `kv` sees it.
+    fn runner<'a>(kv: &'a KvCtx, tenant: &'a TenantContext) -> RunnerView<'a> {
+        RunnerView {
+            kv,
+            tenant,
+            request: None,
+            ended: None,
+        }
+    }
+
     #[tokio::test]
     async fn wakes_within_the_limit_are_stored_and_beyond_it_refused_whole() {
         let store = Store::memory();
-        let kv = KvCtx {
-            store: store.clone(),
-            namespace: "t".into(),
-        };
-        let tenant = TenantContext::for_tests("t", OutboundPolicy::new(vec![]));
-        let mut view = RunnerView {
-            kv: &kv,
-            tenant: &tenant,
-            request: None,
-            ended: None,
-        };
+        let (kv, tenant) = call_on(store.clone());
+        let mut view = runner(&kv, &tenant);
         let refused = view.schedule(wakes(MAX_WAKES_PER_CALL + 1)).await.unwrap();
         assert!(
             matches!(refused, Err(wit::ScheduleError::TooMany(n)) if n as usize == MAX_WAKES_PER_CALL),
@@ -291,23 +305,14 @@ mod tests {
     }
 
     /// A notice someone hears waits for what came before it to be on
-    /// disk; one nobody hears is not sent and leaves the flush to the end
-    /// of the call (two fsyncs fewer per command at one at a time).
+    /// disk; one nobody hears is not sent and leaves the flush to the next
+    /// point that needs one (one fsync fewer per command, one at a time).
     #[tokio::test]
     async fn a_notice_flushes_first_only_when_someone_hears_it() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open_file(&dir.path().join("s.redb")).unwrap();
-        let kv = KvCtx {
-            store: store.deferring(),
-            namespace: "t".into(),
-        };
-        let tenant = TenantContext::for_tests("t", OutboundPolicy::new(vec![]));
-        let mut view = RunnerView {
-            kv: &kv,
-            tenant: &tenant,
-            request: None,
-            ended: None,
-        };
+        let (kv, tenant) = call_on(store.deferring());
+        let mut view = runner(&kv, &tenant);
         let task = || TaskView {
             task_id: "a".into(),
             status: TaskStatus::Working,
@@ -343,17 +348,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_task_that_ends_is_counted_by_its_status() {
-        let kv = KvCtx {
-            store: Store::memory(),
-            namespace: "t".into(),
-        };
-        let tenant = TenantContext::for_tests("t", OutboundPolicy::new(vec![]));
-        let mut view = RunnerView {
-            kv: &kv,
-            tenant: &tenant,
-            request: None,
-            ended: None,
-        };
+        let (kv, tenant) = call_on(Store::memory());
+        let mut view = runner(&kv, &tenant);
         for status in TaskStatus::ALL {
             let task = TaskView {
                 task_id: "a".into(),
@@ -376,17 +372,11 @@ mod tests {
     #[tokio::test]
     async fn ended_views_are_kept_after_the_call_and_dropped_when_forgotten() {
         let store = Store::memory();
-        let kv = KvCtx {
-            store: store.clone(),
-            namespace: "t".into(),
-        };
-        let tenant = TenantContext::for_tests("t", OutboundPolicy::new(vec![]));
+        let (kv, tenant) = call_on(store.clone());
         let pending = Pending::default();
         let mut view = RunnerView {
-            kv: &kv,
-            tenant: &tenant,
-            request: None,
             ended: Some(&pending),
+            ..runner(&kv, &tenant)
         };
         let change = |id: &str, status| TaskView {
             task_id: id.into(),

@@ -392,8 +392,9 @@ impl Store {
         ns: &str,
         cursor: Option<String>,
     ) -> StoreResult<(Vec<String>, Option<String>)> {
+        let epoch = self.epoch();
         if self.any_unflushed() {
-            self.owe();
+            self.owe_since(epoch);
         }
         let prefix = full_key(ns, "");
         let start = match &cursor {
@@ -421,6 +422,11 @@ impl Store {
         } else {
             None
         };
+        // A key written without its fsync while the scan ran, or lost to a
+        // reopen during it, makes the listing one that must be flushed.
+        if self.any_unflushed() || self.epoch() != epoch {
+            self.owe_since(epoch);
+        }
         Ok((keys, next))
     }
 

@@ -212,14 +212,16 @@ impl Shared {
         drop(closing);
         match open_database(&self.path) {
             Ok(db) => {
-                // Whatever was committed without an fsync is gone now.
+                // Whatever was committed without an fsync is gone now. The
+                // epoch moves first: whoever then finds nothing unflushed
+                // also finds the new epoch, and learns its writes were lost.
+                self.epoch.fetch_add(1, Ordering::AcqRel);
                 self.unflushed
                     .keys
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .clear();
                 self.unflushed.any.store(false, Ordering::Release);
-                self.epoch.fetch_add(1, Ordering::AcqRel);
                 *self
                     .db
                     .write()
