@@ -393,9 +393,6 @@ impl Store {
         cursor: Option<String>,
     ) -> StoreResult<(Vec<String>, Option<String>)> {
         let epoch = self.epoch();
-        if self.any_unflushed() {
-            self.owe_since(epoch);
-        }
         let prefix = full_key(ns, "");
         let start = match &cursor {
             Some(c) => full_key(ns, c),
@@ -422,8 +419,9 @@ impl Store {
         } else {
             None
         };
-        // A key written without its fsync while the scan ran, or lost to a
-        // reopen during it, makes the listing one that must be flushed.
+        // A listing that may show a key not yet on disk (or one lost to a
+        // reopen during the scan) must be flushed before it is passed on;
+        // one taken when everything was on disk need not.
         if self.any_unflushed() || self.epoch() != epoch {
             self.owe_since(epoch);
         }

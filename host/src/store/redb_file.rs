@@ -117,9 +117,6 @@ struct Shared {
     unflushed: Unflushed,
     /// How many times the file was opened again after a disk error.
     epoch: AtomicU64,
-    /// When the last attempt to open it again started: one a
-    /// [`REOPEN_EVERY`] at most, as an open may repair a large file.
-    last_reopen: Mutex<Option<Instant>>,
 }
 
 impl Shared {
@@ -170,21 +167,6 @@ impl Shared {
             "the store file {} failed: {error}; reads and writes fail until it is opened again",
             self.path.display()
         );
-    }
-
-    /// [`Shared::reopen`], unless an attempt started less than
-    /// [`REOPEN_EVERY`] ago. Whether it is open now.
-    fn reopen_when_due(&self) -> bool {
-        let mut last = self
-            .last_reopen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if last.is_some_and(|at| at.elapsed() < REOPEN_EVERY) {
-            return false;
-        }
-        *last = Some(Instant::now());
-        drop(last);
-        self.reopen()
     }
 
     /// Closes the failed database once no read holds it, and opens the
@@ -335,7 +317,6 @@ impl RedbStore {
             broken: Mutex::new(String::new()),
             unflushed: Unflushed::default(),
             epoch: AtomicU64::new(0),
-            last_reopen: Mutex::new(None),
         });
         let (writes, jobs) = mpsc::channel();
         let for_writer = shared.clone();
@@ -609,6 +590,16 @@ impl RedbStore {
 /// dropped (redb puts what is still unflushed on disk when the database
 /// closes).
 fn write_loop(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
+    // When the last attempt to open the file again started: one a
+    // REOPEN_EVERY at most, as an open may repair a large file.
+    let mut last_reopen: Option<Instant> = None;
+    let mut reopen_when_due = || {
+        if last_reopen.is_some_and(|at| at.elapsed() < REOPEN_EVERY) {
+            return false;
+        }
+        last_reopen = Some(Instant::now());
+        shared.reopen()
+    };
     loop {
         let first = if shared.is_open() {
             match jobs.recv() {
@@ -619,7 +610,7 @@ fn write_loop(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
             match jobs.recv_timeout(REOPEN_EVERY) {
                 Ok(job) => job,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    shared.reopen_when_due();
+                    reopen_when_due();
                     continue;
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -634,7 +625,7 @@ fn write_loop(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
         }
         let db = match shared.database() {
             Ok(db) => db,
-            Err(_) if shared.reopen_when_due() => match shared.database() {
+            Err(_) if reopen_when_due() => match shared.database() {
                 Ok(db) => db,
                 Err(e) => {
                     answer_all(group, &e);
@@ -674,7 +665,7 @@ fn write_loop(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
                 answer_all(group, &e);
                 drop(db);
                 shared.failed(&e);
-                shared.reopen_when_due();
+                reopen_when_due();
             }
         }
     }
