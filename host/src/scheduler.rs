@@ -3,14 +3,17 @@
 //! group, so every task waiting on a device shares one sensor read.
 //!
 //! Due times live in the store, so after a restart the scheduler simply
-//! carries on. A claimed task is leased: if its advance never reschedules it
-//! (a crash, a trap, a deadline), it comes due again when the lease ends.
+//! carries on. A claimed task is leased: if this runner dies before its
+//! advance reschedules it, it comes due again when the lease ends. An
+//! advance that fails here (a trap, a deadline, a store that could not
+//! write) is retried sooner: after a second, then twice as long for each
+//! failure in a row, up to the lease.
 
 use crate::runtime::Runtime;
 use crate::store::Due;
 use crate::tenant::Tenants;
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -24,6 +27,15 @@ const MAX_IDLE: Duration = Duration::from_millis(50);
 
 /// Back-off after the store failed.
 const STORE_RETRY: Duration = Duration::from_secs(1);
+
+/// How soon a group whose advance failed is tried again, the first time
+/// in a row; each further failure doubles it, up to the lease.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+
+/// The most groups whose failures in a row are remembered. Past it the
+/// count starts again (the next retry comes after [`FIRST_RETRY`]), so
+/// groups that failed and then went away cannot grow it without end.
+const MAX_FAILING_GROUPS: usize = 10_000;
 
 /// Advances running at once, across tenants. A device's tick writes each
 /// task it judges with its own compare-and-swap, and waits for that commit;
@@ -64,6 +76,7 @@ impl Scheduler {
     /// takes it while its advance runs.
     pub async fn run(self, stop: CancellationToken) {
         let store = self.runtime.store().clone();
+        let failing = Arc::new(Failing::default());
         let mut running: JoinSet<()> = JoinSet::new();
         while !stop.is_cancelled() {
             while running.try_join_next().is_some() {}
@@ -105,7 +118,9 @@ impl Scheduler {
                     continue;
                 }
             };
-            self.start_advances(due, &mut running, &stop).await;
+            let leased_until = now + self.lease.as_millis() as u64;
+            self.start_advances(due, leased_until, &failing, &mut running, &stop)
+                .await;
         }
         while running.join_next().await.is_some() {}
     }
@@ -115,10 +130,13 @@ impl Scheduler {
     /// needed). Once `stop` is cancelled no further group starts: their
     /// tasks stay leased, and come due again (here after a restart, or on
     /// another replica) when the lease ends, so a shutdown under load is not
-    /// held up by a whole claimed batch.
+    /// held up by a whole claimed batch. A group whose advance fails has
+    /// the tasks it left at their lease (`leased_until`) brought forward.
     async fn start_advances(
         &self,
         due: Vec<Due>,
+        leased_until: u64,
+        failing: &Arc<Failing>,
         running: &mut JoinSet<()>,
         stop: &CancellationToken,
     ) {
@@ -144,17 +162,91 @@ impl Scheduler {
                 running.join_next().await;
             }
             let runtime = self.runtime.clone();
+            let failing = failing.clone();
             running.spawn(async move {
-                // A fault is logged by the runtime; the lease retries it.
-                let _ = runtime.advance(&tenant, &group, &task_ids).await;
+                let key = (namespace, group);
+                // A fault is logged by the runtime.
+                if runtime.advance(&tenant, &key.1, &task_ids).await.is_ok() {
+                    failing.recovered(&key);
+                    return;
+                }
+                let wait = failing.failed(&key);
+                let at_ms = now_ms().saturating_add(wait.as_millis() as u64);
+                if at_ms >= leased_until {
+                    return;
+                }
+                match runtime
+                    .store()
+                    .retry_leased(&key.0, &task_ids, leased_until, at_ms)
+                    .await
+                {
+                    Ok(moved) => tracing::info!(
+                        namespace = %key.0,
+                        group = %key.1,
+                        "scheduler: the advance failed; {moved} of its {} tasks retried in {wait:?}",
+                        task_ids.len()
+                    ),
+                    Err(e) => tracing::warn!(
+                        namespace = %key.0,
+                        group = %key.1,
+                        "scheduler: the advance failed, and its retry could not be set ({e}); \
+                         its tasks come due again when their lease ends"
+                    ),
+                }
             });
         }
     }
+}
+
+/// Failures in a row of each (namespace, group)'s advance, which set how
+/// soon it is tried again. A group leaves when an advance of it works.
+#[derive(Default)]
+struct Failing(Mutex<HashMap<(String, String), u32>>);
+
+impl Failing {
+    /// Counts a failure; answers how long until the retry.
+    fn failed(&self, key: &(String, String)) -> Duration {
+        let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if counts.len() >= MAX_FAILING_GROUPS && !counts.contains_key(key) {
+            counts.clear();
+        }
+        let count = counts.entry(key.clone()).or_insert(0);
+        *count = count.saturating_add(1);
+        retry_after(*count)
+    }
+
+    fn recovered(&self, key: &(String, String)) {
+        let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !counts.is_empty() {
+            counts.remove(key);
+        }
+    }
+}
+
+/// The wait before the retry after `failures` failures in a row.
+fn retry_after(failures: u32) -> Duration {
+    FIRST_RETRY.saturating_mul(1 << failures.saturating_sub(1).min(20))
 }
 
 async fn sleep_or_stop(wait: Duration, stop: &CancellationToken) {
     tokio::select! {
         _ = tokio::time::sleep(wait) => {}
         _ = stop.cancelled() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_failing_in_a_row_waits_twice_as_long_each_time_until_it_recovers() {
+        let failing = Failing::default();
+        let key = ("t".to_string(), "dev".to_string());
+        let waits: Vec<u64> = (0..4).map(|_| failing.failed(&key).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8]);
+        failing.recovered(&key);
+        assert_eq!(failing.failed(&key), FIRST_RETRY);
+        assert!(retry_after(u32::MAX) >= Duration::from_secs(1 << 20));
     }
 }

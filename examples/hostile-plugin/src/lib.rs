@@ -13,6 +13,9 @@
 //! | `remember` | keep memory from an earlier call | every call starts in an instance that ran nothing |
 //! | `ping` | nothing: a well-behaved call | answers |
 //!
+//! Its `advance` panics for the group `trap` (the scheduler's tests schedule
+//! one directly), so a failing advance can be watched being retried.
+//!
 //! Build with `cargo build -p settle-hostile --target wasm32-wasip2 --release`.
 
 use settle_plugin_sdk::bindings;
@@ -195,7 +198,11 @@ impl Guest for Plugin {
         Err(TaskError::NotFound(task_id))
     }
 
-    fn advance(_group: String, _task_ids: Vec<String>) {}
+    fn advance(group: String, _task_ids: Vec<String>) {
+        if group == "trap" {
+            panic!("hostile: advance of the group `trap`");
+        }
+    }
 
     /// No page: the runner's `/ui` answers 404 for this plugin.
     fn ui_asset(_path: String) -> Option<Asset> {

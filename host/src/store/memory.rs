@@ -109,6 +109,28 @@ impl MemoryStore {
         }
     }
 
+    pub fn retry_leased(
+        &self,
+        ns: &str,
+        task_ids: &[String],
+        leased_until: u64,
+        at_ms: u64,
+    ) -> usize {
+        let mut inner = self.lock();
+        let mut moved = 0;
+        for id in task_ids {
+            let r = task_ref(ns, id);
+            match inner.by_task.get_mut(&r) {
+                Some(entry) if entry.0 == leased_until => entry.0 = at_ms,
+                _ => continue,
+            }
+            inner.due.remove(&(leased_until, r.clone()));
+            inner.due.insert((at_ms, r));
+            moved += 1;
+        }
+        moved
+    }
+
     pub fn claim_due(&self, now_ms: u64, lease_ms: u64, limit: usize) -> Vec<Due> {
         let mut inner = self.lock();
         let claimed: Vec<(u64, String)> = inner

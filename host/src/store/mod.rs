@@ -506,6 +506,30 @@ impl Store {
         }
     }
 
+    /// Brings forward to `at_ms` the wake of each of these tasks that is
+    /// still the lease a claim gave it (`leased_until`): its advance failed
+    /// before rescheduling it, and a retry sooner than the lease's end
+    /// costs one more advance, while waiting out the lease can cost a
+    /// device's task half a minute. A task its advance rescheduled or
+    /// ended, or that another claim took since, is left alone. Answers how
+    /// many moved.
+    pub async fn retry_leased(
+        &self,
+        ns: &str,
+        task_ids: &[String],
+        leased_until: u64,
+        at_ms: u64,
+    ) -> StoreResult<usize> {
+        match &self.backend {
+            Memory(m) => Ok(m.retry_leased(ns, task_ids, leased_until, at_ms)),
+            Redb(r) => {
+                r.retry_leased(ns.to_string(), task_ids.to_vec(), leased_until, at_ms)
+                    .await
+            }
+            Redis(r) => r.retry_leased(ns, task_ids, leased_until, at_ms).await,
+        }
+    }
+
     /// When the earliest wake is, if any.
     pub async fn next_due_ms(&self) -> StoreResult<Option<u64>> {
         match &self.backend {

@@ -271,6 +271,12 @@ enum WriteOp {
         lease_ms: u64,
         limit: usize,
     },
+    Retry {
+        ns: String,
+        task_ids: Vec<String>,
+        leased_until: u64,
+        at_ms: u64,
+    },
     /// Nothing to write: the commit it joins is fsync'd, which puts every
     /// earlier commit on disk too.
     Flush,
@@ -291,6 +297,7 @@ impl WriteOp {
             WriteOp::Schedule(..)
             | WriteOp::Unschedule(..)
             | WriteOp::Claim { .. }
+            | WriteOp::Retry { .. }
             | WriteOp::Flush => {}
         }
     }
@@ -301,6 +308,7 @@ enum Outcome {
     Swapped(bool),
     Counter(i64),
     Claimed(Vec<Due>),
+    Moved(usize),
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -579,6 +587,32 @@ impl RedbStore {
             _ => unreachable!("a claim answers with Claimed"),
         }
     }
+
+    /// Not fsync'd on its own: lost in a crash, the tasks keep their
+    /// lease, which is what they had.
+    pub async fn retry_leased(
+        &self,
+        ns: String,
+        task_ids: Vec<String>,
+        leased_until: u64,
+        at_ms: u64,
+    ) -> StoreResult<usize> {
+        match self
+            .write(
+                WriteOp::Retry {
+                    ns,
+                    task_ids,
+                    leased_until,
+                    at_ms,
+                },
+                Durability::AtFlush,
+            )
+            .await?
+        {
+            Outcome::Moved(moved) => Ok(moved),
+            _ => unreachable!("a retry answers with Moved"),
+        }
+    }
 }
 
 /// The writer thread: takes every job waiting, applies them in one
@@ -843,6 +877,32 @@ fn apply(txn: &WriteTransaction, op: &WriteOp) -> StoreResult<Outcome> {
                 }
             }
             Ok(Outcome::Claimed(out))
+        }
+        WriteOp::Retry {
+            ns,
+            task_ids,
+            leased_until,
+            at_ms,
+        } => {
+            let mut due = txn.open_table(DUE).map_err(unavailable)?;
+            let mut by_task = txn.open_table(DUE_BY_TASK).map_err(unavailable)?;
+            let mut moved = 0;
+            for id in task_ids {
+                let r = task_ref(ns, id);
+                let group = match by_task.get(r.as_str()).map_err(unavailable)? {
+                    Some(v) if v.value().0 == *leased_until => v.value().1.to_string(),
+                    _ => continue,
+                };
+                by_task
+                    .insert(r.as_str(), (*at_ms, group.as_str()))
+                    .map_err(unavailable)?;
+                due.remove((*leased_until, r.as_str()))
+                    .map_err(unavailable)?;
+                due.insert((*at_ms, r.as_str()), group.as_str())
+                    .map_err(unavailable)?;
+                moved += 1;
+            }
+            Ok(Outcome::Moved(moved))
         }
     }
 }

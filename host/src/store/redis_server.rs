@@ -57,6 +57,20 @@ end
 return out
 "#;
 
+/// Moves each task ref in ARGV[3..] whose wake is still the lease
+/// ARGV[1] to ARGV[2]; answers how many moved.
+const RETRY: &str = r#"
+local moved = 0
+for i = 3, #ARGV do
+  local at = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if at and tonumber(at) == tonumber(ARGV[1]) then
+    redis.call('ZADD', KEYS[1], ARGV[2], ARGV[i])
+    moved = moved + 1
+  end
+end
+return moved
+"#;
+
 /// A store on a Redis server that several replicas share. Counters are
 /// Redis's own INCRBY, which refuses a value that is not an integer.
 pub struct RedisStore {
@@ -65,6 +79,7 @@ pub struct RedisStore {
     connection: ConnectionManager,
     cas: Script,
     claim: Script,
+    retry: Script,
     url: String,
 }
 
@@ -92,6 +107,7 @@ impl RedisStore {
             connection,
             cas: Script::new(CAS),
             claim: Script::new(CLAIM),
+            retry: Script::new(RETRY),
             url: redacted(url),
         })
     }
@@ -322,6 +338,27 @@ impl RedisStore {
                 })
             })
             .collect())
+    }
+
+    pub async fn retry_leased(
+        &self,
+        ns: &str,
+        task_ids: &[String],
+        leased_until: u64,
+        at_ms: u64,
+    ) -> StoreResult<usize> {
+        if task_ids.is_empty() {
+            return Ok(0);
+        }
+        let mut invocation = self.retry.key(DUE);
+        invocation.arg(leased_until).arg(at_ms);
+        for id in task_ids {
+            invocation.arg(task_ref(ns, id));
+        }
+        invocation
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(|e| self.fail(e))
     }
 
     pub async fn next_due_ms(&self) -> StoreResult<Option<u64>> {

@@ -250,6 +250,55 @@ async fn due_tasks_are_claimed_in_time_order_and_leased() {
 }
 
 #[tokio::test]
+async fn a_failed_advance_brings_forward_only_the_leases_nobody_moved() {
+    for (name, store, _keep) in backends().await {
+        store
+            .schedule(
+                "t",
+                &[
+                    wake("a", "dev", 10),
+                    wake("b", "dev", 10),
+                    wake("c", "dev", 10),
+                ],
+            )
+            .await
+            .unwrap();
+        store.schedule("u", &[wake("a", "dev", 10)]).await.unwrap();
+        assert_eq!(store.claim_due(100, 1_000, 10).await.unwrap().len(), 4);
+        // The advance rescheduled b and ended c before it failed.
+        store
+            .schedule("t", &[wake("b", "dev", 5_000)])
+            .await
+            .unwrap();
+        store.unschedule("t", &["c".into()]).await.unwrap();
+        let ids: Vec<String> = ["a", "b", "c", "never"].map(String::from).into();
+        assert_eq!(
+            store.retry_leased("t", &ids, 1_100, 300).await.unwrap(),
+            1,
+            "{name}"
+        );
+        assert_eq!(store.next_due_ms().await.unwrap(), Some(300), "{name}");
+        let due = store.claim_due(300, 1_000, 10).await.unwrap();
+        let due: Vec<(&str, &str, &str)> = due
+            .iter()
+            .map(|d| (d.namespace.as_str(), d.task_id.as_str(), d.group.as_str()))
+            .collect();
+        assert_eq!(due, [("t", "a", "dev")], "{name}: only a, of its tenant");
+        // A lease taken again since is not the one the retry names.
+        assert_eq!(
+            store.retry_leased("t", &ids, 1_100, 400).await.unwrap(),
+            0,
+            "{name}"
+        );
+        assert_eq!(
+            store.claim_due(1_100, 1_000, 10).await.unwrap().len(),
+            1,
+            "{name}: u's a keeps its lease"
+        );
+    }
+}
+
+#[tokio::test]
 async fn claim_respects_its_limit() {
     for (name, store, _keep) in backends().await {
         let wakes: Vec<Wake> = (0..10).map(|i| wake(&format!("t{i}"), "g", i)).collect();

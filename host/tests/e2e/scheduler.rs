@@ -125,3 +125,52 @@ async fn due_tasks_of_a_tenant_not_served_here_are_left_leased() {
         .expect("the scheduler stops when told")
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_failing_advance_is_retried_after_a_second_then_twice_as_long_not_at_its_lease() {
+    let runtime = memory_runtime();
+    let tenants = Arc::new(Tenants::new([bare_tenant(
+        &runtime,
+        "t",
+        &hostile_plugin_path(),
+        &[],
+    )]));
+    let store = runtime.store().clone();
+    let namespace = tenants.get("t").unwrap().context.namespace.clone();
+    // The hostile plugin's advance panics for this group.
+    let wake = Wake {
+        task_id: "x".into(),
+        group: "trap".into(),
+        at_ms: 1,
+    };
+    store.schedule(&namespace, &[wake]).await.unwrap();
+    let lease = Duration::from_secs(60);
+    let started = now_ms();
+    let (stop, scheduler) = start(&runtime, &tenants, lease);
+    let retry_wake = async |after: u64| {
+        eventually("the failed advance's retry is set", async || {
+            match store.next_due_ms().await.unwrap() {
+                Some(at) if at > after && at < now_ms() + 30_000 => Ok(at),
+                other => Err(format!("next due at {other:?}")),
+            }
+        })
+        .await
+    };
+    let first = retry_wake(started).await;
+    assert!(
+        first <= now_ms() + 1_000,
+        "a second after the first failure, not the lease: due in {} ms",
+        first as i64 - now_ms() as i64
+    );
+    let second = retry_wake(first).await;
+    let third = retry_wake(second).await;
+    // Each retry is set when the one before failed, so no earlier than it,
+    // and twice as far off.
+    assert!(second - first >= 2_000, "{first} then {second}");
+    assert!(third - second >= 4_000, "{second} then {third}");
+    stop.cancel();
+    tokio::time::timeout(DEADLINE, scheduler)
+        .await
+        .expect("the scheduler stops when told")
+        .unwrap();
+}
