@@ -190,6 +190,15 @@ impl Store {
         }
     }
 
+    /// Makes the file backend's next commit panic.
+    #[cfg(test)]
+    pub(crate) fn panic_in_next_commit(&self) {
+        match &self.backend {
+            Redb(r) => r.panic_in_next_commit(),
+            Memory(_) | Redis(_) => unreachable!("only the file backend has a writer thread"),
+        }
+    }
+
     /// Whether [`Store::flush_owed`] would flush now.
     #[cfg(test)]
     pub(crate) fn owes_flush(&self) -> bool {

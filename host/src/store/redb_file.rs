@@ -117,6 +117,9 @@ struct Shared {
     unflushed: Unflushed,
     /// How many times the file was opened again after a disk error.
     epoch: AtomicU64,
+    /// Makes the writer's next commit panic, as a bug in redb would.
+    #[cfg(test)]
+    panic_in_next_commit: AtomicBool,
 }
 
 impl Shared {
@@ -192,7 +195,7 @@ impl Shared {
             }
         }
         drop(closing);
-        match open_database(&self.path) {
+        match contain_panic("opening the store file again", || open_database(&self.path)) {
             Ok(db) => {
                 // Whatever was committed without an fsync is gone now. The
                 // epoch moves first: whoever then finds nothing unflushed
@@ -325,6 +328,8 @@ impl RedbStore {
             broken: Mutex::new(String::new()),
             unflushed: Unflushed::default(),
             epoch: AtomicU64::new(0),
+            #[cfg(test)]
+            panic_in_next_commit: AtomicBool::new(false),
         });
         let (writes, jobs) = mpsc::channel();
         let for_writer = shared.clone();
@@ -337,6 +342,14 @@ impl RedbStore {
             writes: Some(writes),
             writer: Some(writer),
         })
+    }
+
+    /// Makes the writer's next commit panic.
+    #[cfg(test)]
+    pub fn panic_in_next_commit(&self) {
+        self.shared
+            .panic_in_next_commit
+            .store(true, Ordering::Release);
     }
 
     /// Acts as if a commit had failed: closes the database and opens it
@@ -689,7 +702,14 @@ fn write_loop(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
             }
             continue;
         }
-        match commit_group(&db, unflushed, &group, durable) {
+        let committed = contain_panic("committing", || {
+            #[cfg(test)]
+            if shared.panic_in_next_commit.swap(false, Ordering::AcqRel) {
+                panic!("a commit that panics, for a test");
+            }
+            commit_group(&db, unflushed, &group, durable)
+        });
+        match committed {
             Ok(outcomes) => {
                 for (job, outcome) in group.into_iter().zip(outcomes) {
                     let _ = job.reply.send(outcome);
@@ -703,6 +723,24 @@ fn write_loop(shared: &Shared, jobs: &mpsc::Receiver<Job>) {
             }
         }
     }
+}
+
+/// Runs `work` on the writer's thread, turning a panic in it (a bug in redb
+/// met on a damaged file, say) into an error: the writer must outlive it,
+/// or every later write would fail until a restart. After a panic in a
+/// commit the writer treats the database as failed and opens it again,
+/// which rolls back to its last durable commit.
+fn contain_panic<T>(doing: &str, work: impl FnOnce() -> StoreResult<T>) -> StoreResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        Err(StoreError::Unavailable(format!(
+            "the store panicked while {doing}: {why}"
+        )))
+    })
 }
 
 /// Applies `group` in one transaction and commits it, fsync'd if `durable`.

@@ -437,3 +437,24 @@ async fn writes_not_on_disk_when_the_file_is_opened_again_are_reported_lost() {
     after.flush_owed().await.unwrap();
     assert!(!store.any_unflushed());
 }
+
+/// A panic in the writer's commit (a redb bug met on a damaged file) fails
+/// the writes of that commit with the reason; the writer lives on, opens
+/// the file again, and the next write works. What was durable before is
+/// still there, and the failed write is not.
+#[tokio::test]
+async fn a_panic_in_a_commit_fails_its_writes_and_the_writer_carries_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_file(&dir.path().join("s.redb")).unwrap();
+    store.set("t", "before", b"b".to_vec()).await.unwrap();
+    store.panic_in_next_commit();
+    let failed = store.set("t", "lost", b"x".to_vec()).await.unwrap_err();
+    assert!(
+        failed.to_string().contains("panicked while committing"),
+        "{failed}"
+    );
+    store.set("t", "after", b"a".to_vec()).await.unwrap();
+    assert_eq!(store.get("t", "before").await.unwrap(), Some(b"b".to_vec()));
+    assert_eq!(store.get("t", "after").await.unwrap(), Some(b"a".to_vec()));
+    assert_eq!(store.get("t", "lost").await.unwrap(), None);
+}
