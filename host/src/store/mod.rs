@@ -241,11 +241,27 @@ impl Store {
     /// Puts every write acknowledged so far on disk (the file backend; the
     /// others already are, by their own rules). At once when nothing waits.
     /// On a deferring handle that owes a flush, an error if its writes were
-    /// lost to a reopen ([`Store::flush_owed`]); it still owes it after.
+    /// lost to a reopen ([`Store::flush_owed`]), and it still owes it
+    /// after; once they are on disk it owes nothing for them, so a reopen
+    /// later in the call (which cannot lose them) does not report them lost.
     pub async fn flush(&self) -> StoreResult<()> {
-        match self.owed.as_ref().map(|owed| owed.load(Ordering::Acquire)) {
-            None | Some(0) => self.flush_backend().await,
-            Some(since) => self.flush_from(since - 1).await,
+        let Some(owed) = &self.owed else {
+            return self.flush_backend().await;
+        };
+        // Taken before the flush: a write the call makes while it runs may
+        // not be covered, and marks the handle afresh.
+        match owed.swap(0, Ordering::AcqRel) {
+            0 => self.flush_backend().await,
+            since => {
+                let flushed = self.flush_from(since - 1).await;
+                if flushed.is_err() {
+                    // The oldest mark is the one whose writes may be lost.
+                    let _ = owed.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                        (now == 0 || now > since).then_some(since)
+                    });
+                }
+                flushed
+            }
         }
     }
 

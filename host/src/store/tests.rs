@@ -438,6 +438,31 @@ async fn writes_not_on_disk_when_the_file_is_opened_again_are_reported_lost() {
     assert!(!store.any_unflushed());
 }
 
+/// A call whose writes a flush put on disk (before its command left, say)
+/// is not told they were lost when the file is opened again later in the
+/// call: the reopen kept them. What it writes after the reopen is owed
+/// afresh, and a failed flush leaves the call still owing.
+#[tokio::test]
+async fn writes_a_flush_put_on_disk_are_not_reported_lost_by_a_later_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_file(&dir.path().join("s.redb")).unwrap();
+    let call = store.deferring();
+    call.set("t", "sent", b"v".to_vec()).await.unwrap();
+    call.flush().await.unwrap();
+    assert!(!call.owes_flush(), "what it wrote is on disk");
+    store.fail_and_reopen();
+    call.flush_owed().await.unwrap();
+    assert_eq!(store.get("t", "sent").await.unwrap(), Some(b"v".to_vec()));
+
+    call.set("t", "late", b"w".to_vec()).await.unwrap();
+    store.fail_and_reopen();
+    let lost = call.flush().await.unwrap_err().to_string();
+    assert!(lost.contains("were lost"), "{lost}");
+    assert!(call.owes_flush(), "a failed flush leaves it owing");
+    let lost = call.flush_owed().await.unwrap_err().to_string();
+    assert!(lost.contains("were lost"), "{lost}");
+}
+
 /// A panic in the writer's commit (a redb bug met on a damaged file) fails
 /// the writes of that commit with the reason; the writer lives on, opens
 /// the file again, and the next write works. What was durable before is
