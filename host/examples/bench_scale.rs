@@ -74,6 +74,12 @@ struct Args {
     /// run does at its end. The other arguments must be the run's.
     #[arg(long, value_name = "URL")]
     check_redis: Option<String>,
+    /// Once every task is created, kills the runner with SIGKILL (its store
+    /// is not closed, so redb repairs the file when it opens it), starts
+    /// it again on the same store, and prints how long that took; the
+    /// tasks are then checked as usual. Embedded store only.
+    #[arg(long)]
+    crash: bool,
 }
 
 impl Args {
@@ -137,6 +143,32 @@ fn device_delay_ms(args: &Args, id: &str) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     args.delay_ms + args.delay_spread_ms * index / args.devices.max(1) as u64
+}
+
+/// Kills `runner` with SIGKILL and starts `command` in its place, on the
+/// same store. Answers the new runner, and how long after the kill it said
+/// it serves and its `/readyz` first answered 200.
+async fn crash_and_restart(
+    runner: &mut Child,
+    command: tokio::process::Command,
+    log: &Path,
+) -> anyhow::Result<(Child, (Duration, Duration))> {
+    runner.child.start_kill()?;
+    runner.child.wait().await?;
+    let killed = Instant::now();
+    let restarted = spawn(command, "serving MCP at ", log).await?;
+    let serving = killed.elapsed();
+    let readyz = restarted.address.replace("/mcp", "/readyz");
+    let client = reqwest::Client::new();
+    let deadline = killed + Duration::from_secs(600);
+    loop {
+        match client.get(&readyz).send().await {
+            Ok(r) if r.status().is_success() => break,
+            _ if Instant::now() > deadline => bail!("{readyz} not ready 600 s after the restart"),
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    Ok((restarted, (serving, killed.elapsed())))
 }
 
 /// Gives every device its own delay through the simulator's side door.
@@ -414,8 +446,11 @@ async fn main() -> anyhow::Result<()> {
         longest_delay_ms * 2,
         longest_delay_ms
     );
-    let mut runners = Vec::new();
-    for n in 0..replicas {
+    ensure!(
+        !args.crash || args.store == "redb",
+        "--crash is for the embedded store (--store redb)"
+    );
+    let runner_command = || {
         let mut command = tokio::process::Command::new(&settle);
         command.args(["serve", "--http", "127.0.0.1:0", "--inline-wait-ms", "0"]);
         // The per-tenant request limit is not what this measures: the
@@ -425,33 +460,36 @@ async fn main() -> anyhow::Result<()> {
         command.args(["--store", &store, "--device-api", &api]);
         command.args(["--plugin-config", &settings]);
         command.env("RUST_LOG", "warn,settle=info");
-        runners.push(
-            spawn(
-                command,
-                "serving MCP at ",
-                &dir.join(format!("settle-{n}.log")),
-            )
-            .await?,
-        );
+        command
+    };
+    let mut runners = Vec::new();
+    for n in 0..replicas {
+        let log = dir.join(format!("settle-{n}.log"));
+        runners.push(spawn(runner_command(), "serving MCP at ", &log).await?);
     }
-    let urls: Vec<String> = runners.iter().map(|r| r.address.clone()).collect();
-    let pids: Vec<u32> = runners.iter().filter_map(|r| r.child.id()).collect();
+    let mut urls: Vec<String> = runners.iter().map(|r| r.address.clone()).collect();
+    let mut pids: Vec<u32> = runners.iter().filter_map(|r| r.child.id()).collect();
 
     // Sample the runners' RSS throughout, and once a minute print their CPU
     // and the simulator's sensor reads, so a runner falling behind shows.
     let peak = Arc::new(std::sync::Mutex::new(vec![0u64; pids.len()]));
+    // The runners' pids, which `--crash` changes.
+    let watched = Arc::new(std::sync::Mutex::new(pids.clone()));
     let sampler = {
-        let (peak, pids, api) = (peak.clone(), pids.clone(), api.clone());
+        let (peak, watched, api) = (peak.clone(), watched.clone(), api.clone());
         let started = Instant::now();
         tokio::spawn(async move {
             let client = reqwest::Client::new();
+            let pids = || watched.lock().unwrap().clone();
+            let mut pids_then = pids();
             let mut last = (
                 Instant::now(),
-                pids.iter().map(|p| cpu_ticks(*p)).collect::<Vec<_>>(),
+                pids_then.iter().map(|p| cpu_ticks(*p)).collect::<Vec<_>>(),
             );
             let mut last_reads = sensor_reads(&client, &api).await.unwrap_or(0);
             for sample in 1u64.. {
                 tokio::time::sleep(Duration::from_millis(500)).await;
+                let pids = pids();
                 {
                     let mut peak = peak.lock().unwrap();
                     for (i, pid) in pids.iter().enumerate() {
@@ -462,6 +500,11 @@ async fn main() -> anyhow::Result<()> {
                     continue;
                 }
                 let ticks: Vec<u64> = pids.iter().map(|p| cpu_ticks(*p)).collect();
+                if pids != pids_then {
+                    // A runner started again: its CPU counts from zero.
+                    last.1 = vec![0; pids.len()];
+                    pids_then = pids.clone();
+                }
                 let seconds = last.0.elapsed().as_secs_f64();
                 let cpu: Vec<String> = ticks
                     .iter()
@@ -530,6 +573,23 @@ async fn main() -> anyhow::Result<()> {
         }
     );
     let rss_in_flight: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmRSS:")).collect();
+    let crash = if args.crash {
+        let log = dir.join("settle-0-after-the-crash.log");
+        let (runner, took) = crash_and_restart(&mut runners[0], runner_command(), &log).await?;
+        urls[0] = runner.address.clone();
+        pids[0] = runner.child.id().unwrap_or(0);
+        *watched.lock().unwrap() = pids.clone();
+        runners[0] = runner;
+        println!(
+            "  SIGKILL, then started again on the same store ({:.0} MiB): serving after {:.2} s, ready after {:.2} s",
+            std::fs::metadata(&store)?.len() as f64 / (1 << 20) as f64,
+            took.0.as_secs_f64(),
+            took.1.as_secs_f64()
+        );
+        Some(took)
+    } else {
+        None
+    };
     let large_store_cost = tasks_get_cost(&urls[0], &ids, 1_000).await?;
     println!(
         "  tasks/get with {} tasks stored: p50 {:.0} µs, p99 {:.0} µs; RSS now {:?} KiB",
@@ -616,6 +676,13 @@ async fn main() -> anyhow::Result<()> {
         "  SIGTERM to every runner stopped: {:.1} s",
         shutdown.as_secs_f64()
     );
+    if let Some((serving, ready)) = crash {
+        println!(
+            "  after SIGKILL once creation ended: serving again after {:.2} s, ready after {:.2} s",
+            serving.as_secs_f64(),
+            ready.as_secs_f64()
+        );
+    }
     println!(
         "  store size: {:.0} MiB",
         store_size as f64 / (1 << 20) as f64

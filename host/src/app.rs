@@ -96,9 +96,7 @@ impl Runner {
                     )
                 })?
                 .tools;
-            if !plugin.keeps_ended {
-                forget_unvouched_views(&store, tenant).await;
-            }
+            settle_views(&store, tenant, plugin.keeps_ended).await?;
             tracing::info!(
                 tenant = %tenant.name(),
                 plugin = %plugin.source.display(),
@@ -337,22 +335,34 @@ impl Runner {
     }
 }
 
-/// Drops the views of ended tasks a runner before this one may have kept
-/// for `tenant` ([`crate::ended`]), whose plugin now cannot say when it
-/// removes a task: kept, they could outlive their tasks and be served
-/// again after a swap back. A failure (the store not up yet) is logged:
-/// this plugin never serves them, and a swap to one that would drops them
-/// first.
-async fn forget_unvouched_views(store: &Store, tenant: &Tenant) {
-    match crate::ended::forget_all(store, &tenant.context.namespace).await {
-        Ok(0) => {}
-        Ok(count) => tracing::info!(
+/// Makes the tenant's views of ended tasks ([`crate::ended`]) fit the
+/// plugin about to serve it. One that cannot say when it removes a task
+/// disowns them (they could outlive their tasks, and be served again by a
+/// later plugin); one that keeps them drops those an earlier run's plugin
+/// disowned and could not drop. Either failing fails the start: the store
+/// cannot take the write that makes serving safe.
+async fn settle_views(store: &Store, tenant: &Tenant, keeps_ended: bool) -> anyhow::Result<()> {
+    let namespace = &tenant.context.namespace;
+    let dropped = if keeps_ended {
+        crate::ended::vouch(store, namespace, false).await.map_err(|e| {
+            anyhow::anyhow!(
+                "tenant {}: a plugin that could not forget tasks served it before, and the views of ended tasks it left could not be dropped: {e}",
+                tenant.name()
+            )
+        })?
+    } else {
+        crate::ended::disown(store, namespace).await.map_err(|e| {
+            anyhow::anyhow!(
+                "tenant {}: could not record that its plugin cannot forget tasks: {e}",
+                tenant.name()
+            )
+        })?
+    };
+    if dropped > 0 {
+        tracing::info!(
             tenant = %tenant.name(),
-            "dropped {count} views of ended tasks kept for an earlier plugin"
-        ),
-        Err(e) => tracing::warn!(
-            tenant = %tenant.name(),
-            "views of ended tasks kept for an earlier plugin were not dropped (they are not served): {e}"
-        ),
+            "dropped {dropped} views of ended tasks kept for an earlier plugin"
+        );
     }
+    Ok(())
 }

@@ -15,7 +15,11 @@
 //! is gone is asked every time, so no answer outlives its task. While such
 //! a plugin serves, the views kept before are dropped ([`forget_all`]: at
 //! start, and at a swap to or from it), so none is left to answer for a
-//! task that went meanwhile.
+//! task that went meanwhile. That drop can fail (the store failing), so
+//! before such a plugin serves, the runner first records on the store that
+//! the tenant's views are no longer vouched for ([`disown`]); a plugin
+//! that keeps views then starts only after they are dropped ([`vouch`]),
+//! in this run or after a restart.
 //!
 //! A view is stored with an fsync'd write after the change it shows was
 //! committed, so that write puts the change on disk too, and serving the
@@ -48,6 +52,62 @@ const MAX_VIEW_BYTES: usize = 16 << 20;
 /// reach it.
 pub fn namespace(tenant_namespace: &str) -> String {
     format!("{tenant_namespace}.ended")
+}
+
+/// The namespace of `tenant_namespace`'s mark that its views may have
+/// outlived their tasks (see [`namespace`] for why no tenant can reach it).
+fn marks(tenant_namespace: &str) -> String {
+    format!("{tenant_namespace}.ended-marks")
+}
+
+/// The mark's key: present while a plugin that cannot forget tasks may
+/// have served since the views were last dropped.
+const UNVOUCHED: &str = "unvouched";
+
+/// Before a plugin that cannot forget tasks serves the tenant: records,
+/// durably, that its views can no longer be vouched for, then drops them
+/// (answering how many). The record is what matters: if the drop fails, a
+/// later plugin that keeps views drops them before it serves ([`vouch`]),
+/// even after a restart. An error when the record could not be written;
+/// a failed drop is only logged, since this plugin never serves views.
+pub async fn disown(store: &Store, tenant_namespace: &str) -> StoreResult<usize> {
+    store
+        .on_write()
+        .set(&marks(tenant_namespace), UNVOUCHED, b"1".to_vec())
+        .await?;
+    match forget_all(store, tenant_namespace).await {
+        Ok(count) => Ok(count),
+        Err(e) => {
+            tracing::warn!(
+                namespace = %tenant_namespace,
+                "the views of ended tasks kept before were not dropped; they are not served, \
+                 and are dropped before a plugin that keeps views serves: {e}"
+            );
+            Ok(0)
+        }
+    }
+}
+
+/// Before a plugin that keeps views serves the tenant: drops the views a
+/// plugin that cannot forget tasks may have left stale ([`disown`]'s
+/// mark, or `after_disowned` when the caller knows one served), then
+/// clears the mark. Answers how many views were dropped; an error when
+/// they could not be, and the plugin must not serve views.
+pub async fn vouch(
+    store: &Store,
+    tenant_namespace: &str,
+    after_disowned: bool,
+) -> StoreResult<usize> {
+    let marks = marks(tenant_namespace);
+    if !after_disowned && store.get(&marks, UNVOUCHED).await?.is_none() {
+        return Ok(0);
+    }
+    let dropped = forget_all(store, tenant_namespace).await?;
+    if let Err(e) = store.on_write().delete(&marks, UNVOUCHED).await {
+        // Left, it only costs another drop of views that are sound.
+        tracing::warn!(namespace = %tenant_namespace, "the views were dropped, but not the mark that asked for it: {e}");
+    }
+    Ok(dropped)
 }
 
 /// The `detailed` view of `task_id`, if the task ended and its plugin

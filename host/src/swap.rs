@@ -140,29 +140,31 @@ impl Swapper {
         }
     }
 
-    /// Drops the tenant's views of ended tasks ([`crate::ended`]) at a swap
+    /// Fits the tenant's views of ended tasks ([`crate::ended`]) to a swap
     /// to or from a plugin that cannot say when it removes a task: while
-    /// one serves, tasks may go and their views stay. When a plugin that
-    /// keeps views takes over from one, it must start from no view it
-    /// cannot vouch for: if they cannot be dropped, the swap is refused.
-    /// When one takes over from a plugin that keeps views, they are dropped
-    /// only to free the space (it never serves them): a failure is logged,
-    /// and the next swap to a plugin that keeps views drops them.
+    /// one serves, tasks may go and their views stay. One taking over
+    /// disowns them first (the swap is refused if that cannot be recorded);
+    /// a plugin that keeps views taking over from one starts from no view
+    /// it cannot vouch for (the swap is refused if they cannot be dropped).
     async fn drop_views(&self, tenant: &Tenant, next: &Plugin) -> Result<(), String> {
-        match crate::ended::forget_all(self.runtime.store(), &tenant.context.namespace).await {
-            Ok(count) => {
-                tracing::info!(tenant = %tenant.name(), "dropped {count} views of ended tasks at the swap");
-                Ok(())
-            }
-            Err(e) if next.keeps_ended => Err(format!(
-                "the views of ended tasks kept before could not be dropped, and {} would serve them: {e}",
-                next.source.display()
-            )),
-            Err(e) => {
-                tracing::warn!(tenant = %tenant.name(), "the views of ended tasks were not dropped at the swap (they are not served): {e}");
-                Ok(())
-            }
-        }
+        let (store, namespace) = (self.runtime.store(), &tenant.context.namespace);
+        let dropped = if next.keeps_ended {
+            crate::ended::vouch(store, namespace, true).await.map_err(|e| {
+                format!(
+                    "the views of ended tasks kept before could not be dropped, and {} would serve them: {e}",
+                    next.source.display()
+                )
+            })?
+        } else {
+            crate::ended::disown(store, namespace).await.map_err(|e| {
+                format!(
+                    "could not record that {} cannot forget tasks: {e}",
+                    next.source.display()
+                )
+            })?
+        };
+        tracing::info!(tenant = %tenant.name(), "dropped {dropped} views of ended tasks at the swap");
+        Ok(())
     }
 
     fn refused(&self, tenant: &Tenant, reason: String) -> SwapOutcome {

@@ -89,12 +89,16 @@ fn ended_tasks_are_kept_only_for_a_plugin_that_says_when_it_removes_one() {
 
 /// Views a runner kept for a plugin that can forget tasks may have
 /// outlived their tasks once a runner serves one that cannot (it removes
-/// tasks without a word), so that runner drops them when it starts; one
-/// whose plugin keeps views keeps them.
+/// tasks without a word), so that runner drops them when it starts, and
+/// leaves a mark on the store: views found later (its drop failed, or a
+/// late write) are dropped before a plugin that keeps views serves. Once
+/// such a plugin has started, its views are kept across restarts.
 #[tokio::test]
 async fn a_runner_whose_plugin_cannot_forget_tasks_drops_the_views_kept_before() {
-    async fn views_left_after_start(config: settle::config::RunnerConfig) -> usize {
-        let store = config.store.clone();
+    let store = settle::store::Store::memory();
+    // Starts a runner on `store` with 1,200 views stored; how many are left.
+    let views_left_after_start = async |mut config: settle::config::RunnerConfig| {
+        config.store = store.clone();
         let views = settle::ended::namespace(&config.tenants[0].namespace);
         let kept = (0..1200)
             .map(|i| (format!("t-{i}"), br#"{"status":"completed"}"#.to_vec()))
@@ -104,15 +108,22 @@ async fn a_runner_whose_plugin_cannot_forget_tasks_drops_the_views_kept_before()
             .await
             .expect("runner starts");
         store.list_keys(&views, None).await.unwrap().0.len()
-    }
+    };
     assert_eq!(
         views_left_after_start(config_for(&fixtures_plugin_path(), &[])).await,
         0,
         "the fixtures plugin"
     );
+    // Views found after such a plugin served (as if its drop had failed)
+    // are dropped before the device plugin, which keeps views, serves.
+    assert_eq!(
+        views_left_after_start(config(&[])).await,
+        0,
+        "the device plugin, after the fixtures plugin"
+    );
     assert_eq!(
         views_left_after_start(config(&[])).await,
         1000,
-        "the device plugin (one page of the listing)"
+        "the device plugin, after itself (one page of the listing)"
     );
 }
