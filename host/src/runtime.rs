@@ -207,12 +207,28 @@ impl Runtime {
         tenant: &'t Tenant,
         request: Option<Arc<dyn RequestNotifier>>,
     ) -> Result<Call<'t>, Fault> {
-        let permit = admit(tenant).await?;
+        let permit = admit(&tenant.calls).await?;
+        self.start_admitted(tenant, request, permit).await
+    }
+
+    /// [`Runtime::start`] for one of the scheduler's advances, which has
+    /// permits of its own ([`Tenant::advances`]).
+    async fn start_advance<'t>(&self, tenant: &'t Tenant) -> Result<Call<'t>, Fault> {
+        let permit = admit(&tenant.advances).await?;
+        self.start_admitted(tenant, None, permit).await
+    }
+
+    async fn start_admitted<'t>(
+        &self,
+        tenant: &'t Tenant,
+        request: Option<Arc<dyn RequestNotifier>>,
+        permit: tokio::sync::SemaphorePermit<'t>,
+    ) -> Result<Call<'t>, Fault> {
         let plugin = tenant.plugin.load_full();
         // Only a call alone (this one holds a permit) makes the next spare:
         // with others in flight the cores are busy, and making it ahead
         // would save no time.
-        let alone = tenant.calls_in_flight() <= 1;
+        let alone = tenant.in_flight() <= 1;
         crate::timeline!("instance starts");
         let spare = self
             .spares
@@ -242,7 +258,7 @@ impl Runtime {
         plugin: Arc<Plugin>,
         request: Option<Arc<dyn RequestNotifier>>,
     ) -> Result<Call<'t>, Fault> {
-        let permit = admit(tenant).await?;
+        let permit = admit(&tenant.calls).await?;
         let fresh = self
             .maker
             .make(&tenant.context, plugin, request)
@@ -426,7 +442,7 @@ impl Runtime {
         group: &str,
         task_ids: &[String],
     ) -> Result<(), Fault> {
-        let mut call = self.start(tenant, None).await?;
+        let mut call = self.start_advance(tenant).await?;
         let exports = call.instance.settle_plugin_plugin();
         call.probe
             .guard(
@@ -437,11 +453,12 @@ impl Runtime {
     }
 }
 
-/// Waits until `tenant` may start another call.
-async fn admit(tenant: &Tenant) -> Result<tokio::sync::SemaphorePermit<'_>, Fault> {
+/// Waits until one of a tenant's `permits` is free.
+async fn admit(
+    permits: &tokio::sync::Semaphore,
+) -> Result<tokio::sync::SemaphorePermit<'_>, Fault> {
     // Closed only at shutdown, after which no call starts.
-    tenant
-        .calls
+    permits
         .acquire()
         .await
         .map_err(|_| Fault::Instantiate("the runner is shutting down".into()))

@@ -19,8 +19,12 @@ pub struct Tenant {
     pub context: Arc<TenantContext>,
     /// The plugin new calls start on.
     pub plugin: ArcSwap<Plugin>,
-    /// Admits at most `limits.max_concurrent_calls` calls at once.
+    /// Admits at most `limits.max_concurrent_calls` calls at once: what
+    /// clients ask for (tools, resources, tasks).
     pub calls: tokio::sync::Semaphore,
+    /// Admits at most [`ADVANCES_AT_ONCE`] of the scheduler's advances at
+    /// once, apart from `calls`.
+    pub advances: tokio::sync::Semaphore,
     /// Held while a swap of this tenant's plugin is under way.
     pub swapping: tokio::sync::Mutex<()>,
     /// Where the tenant's spare instance waits for its next call.
@@ -35,6 +39,7 @@ impl Tenant {
             context: Arc::new(context),
             plugin: ArcSwap::from_pointee(plugin),
             calls: tokio::sync::Semaphore::new(permits),
+            advances: tokio::sync::Semaphore::new(ADVANCES_AT_ONCE),
             swapping: tokio::sync::Mutex::new(()),
             spare: Arc::default(),
         }
@@ -45,12 +50,25 @@ impl Tenant {
         &self.context.name
     }
 
-    /// The tenant's calls running now (those that hold a permit of
-    /// [`Tenant::calls`]).
-    pub fn calls_in_flight(&self) -> usize {
+    /// The tenant's calls and advances running now (those that hold a
+    /// permit of [`Tenant::calls`] or [`Tenant::advances`]).
+    pub fn in_flight(&self) -> usize {
         call_permits(&self.context).saturating_sub(self.calls.available_permits())
+            + ADVANCES_AT_ONCE.saturating_sub(self.advances.available_permits())
     }
 }
+
+/// How many of a tenant's advances (the scheduler's calls of its plugin
+/// for due tasks) may run at once. Apart from the tenant's calls, so that
+/// a burst of devices acting together neither waits behind clients' calls
+/// nor makes them wait: with advances taking the calls' 64 permits, a
+/// client's call during such a burst queued behind them, and the ticks,
+/// 64 at a time, ended 100 tasks on each of 1,000 devices too slowly for
+/// the last to end within two polls of their device acting
+/// (docs/performance.md, seventeenth round). Half the scheduler's slots
+/// (`scheduler::MAX_PARALLEL_ADVANCES`), so one tenant's advances, however
+/// slow, leave the other half to the rest.
+pub const ADVANCES_AT_ONCE: usize = 128;
 
 /// How many calls of a tenant may run at once.
 fn call_permits(context: &TenantContext) -> usize {
