@@ -6,7 +6,9 @@
 //!   `get_device_state` as a bare plugin call (no MCP);
 //! - `get_device_state` over HTTP at concurrency 1 and 8 (requests/s, p50,
 //!   p99), next to direct requests to the simulator; `BENCH_SETTLE=process`
-//!   runs settle as its own process for these rows;
+//!   runs settle as its own process for these rows; and beside them two
+//!   proxies that do nothing but carry the read (`support/proxy.rs`), the
+//!   floor and ceiling any server in settle's place has on these cores;
 //! - the byte size of the `tools/list` result;
 //! - acceptance to `completed` with a 4 s actuation delay, and the sensor
 //!   reads it took;
@@ -41,6 +43,8 @@ use std::time::{Duration, Instant};
 mod load;
 #[path = "support/process.rs"]
 mod process;
+#[path = "support/proxy.rs"]
+mod proxy;
 #[path = "support/timeline.rs"]
 mod timeline;
 use load::{Load, load, percentile};
@@ -300,6 +304,9 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
         let (url, stop) = serve(config(&api, store.to_str().unwrap(), "0")?).await?;
         (url, Some(stop), None)
     };
+    // The floor and ceiling any server in settle's place has here (in this
+    // process, like the simulator, whatever `BENCH_SETTLE` says).
+    let proxies = proxy::start(&api).await?;
     println!(
         "## get_device_state over HTTP (3 s per row; settle {}; each worker its own device)",
         if own_process {
@@ -345,6 +352,36 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
             },
         )
         .await?;
+        let forward = proxies.clone();
+        let bare = load(
+            concurrency,
+            Duration::from_secs(3),
+            move |client, worker| {
+                let request = client.post(format!("{forward}/forward/{}", own_device(worker)));
+                Box::pin(async move {
+                    let answer = request.send().await?.bytes().await?;
+                    anyhow::ensure!(answer.starts_with(b"{"), "proxy failed: {answer:?}");
+                    Ok(())
+                })
+            },
+        )
+        .await?;
+        let mcp_proxy = format!("{proxies}/mcp");
+        let bare_mcp = load(concurrency, Duration::from_secs(3), move |client, worker| {
+            let request = mcp_request(
+                &client,
+                &mcp_proxy,
+                1,
+                "tools/call",
+                json!({"name": "get_device_state", "arguments": {"device_id": own_device(worker)}}),
+            );
+            Box::pin(async move {
+                let reply = message(request.send().await?).await?;
+                anyhow::ensure!(reply["result"]["isError"] == false, "proxy failed: {reply}");
+                Ok(())
+            })
+        })
+        .await?;
         for (name, l) in [
             (
                 format!("settle, get_task (no device I/O), c={concurrency}"),
@@ -362,6 +399,11 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
                 format!("simulator directly, concurrency {concurrency}"),
                 &direct,
             ),
+            (format!("  a bare proxy in front, c={concurrency}"), &bare),
+            (
+                format!("  a bare MCP proxy in front, c={concurrency}"),
+                &bare_mcp,
+            ),
         ] {
             println!(
                 "  {:<40} {:>10.0} {:>10.0} {:>10.0} {:>8}",
@@ -377,6 +419,13 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
             through_settle.rps / direct.rps,
             micros(through_settle.p50) / micros(direct.p50),
             micros(through_settle.p50) - micros(direct.p50),
+        );
+        println!(
+            "  what any server in settle's place pays here: a bare proxy {:.2} of direct throughput, adds {:.0} µs at p50; a bare MCP proxy {:.2}, adds {:.0} µs",
+            bare.rps / direct.rps,
+            micros(bare.p50) - micros(direct.p50),
+            bare_mcp.rps / direct.rps,
+            micros(bare_mcp.p50) - micros(direct.p50),
         );
         println!(
             "  the direct route against rmcp's: p50 {:.0} against {:.0} µs ({:.0} µs less), throughput x{:.2}",
