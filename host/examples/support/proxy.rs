@@ -1,35 +1,46 @@
-//! Two proxies that do nothing settle does beyond carrying the device read,
+//! Proxies that do nothing settle does beyond carrying the device exchange,
 //! so `bench` can show what any server in settle's place pays on the same
-//! two cores: the floor under "settle adds" at c=1 and the ceiling over the
-//! c=8 ratio.
+//! two cores: the floor under "settle adds" at c=1, the ceiling over the
+//! c=8 ratio, and the ceiling over the creation rate.
 //!
-//! Both serve on axum (settle's server) and read the simulator on keep-alive
-//! HTTP/1 connections that the request's own task drives, as settle's
-//! outbound pool does (`host/src/capabilities/pool.rs`), so neither pays a
-//! hand-over that settle does not. `POST /forward/{device}` sends the
-//! sensor answer back as it came. `POST /mcp` takes the same JSON-RPC
-//! `tools/call` of `get_device_state` a client sends settle, reads the
-//! device it names, and answers with a JSON-RPC result that carries the
-//! reading as structured content and as text, as settle's does. Neither
-//! checks anything, keeps anything or runs a plugin.
+//! All serve on axum (settle's server) and speak to the simulator on
+//! keep-alive HTTP/1 connections that the request's own task drives, as
+//! settle's outbound pool does (`host/src/capabilities/pool.rs`), so none
+//! pays a hand-over that settle does not.
+//! - `POST /forward/{device}` sends the sensor answer back as it came.
+//! - `POST /mcp` takes the JSON-RPC `tools/call` of `get_device_state` a
+//!   client sends settle, reads the device it names, and answers with a
+//!   JSON-RPC result carrying the reading as structured content and as
+//!   text, as settle's does.
+//! - `POST /command` takes a `tools/call` of `set_temperature` and does
+//!   the least a durable command can: reads the device, puts a record of
+//!   the command on disk, sends the command, puts "sent" on disk, answers
+//!   with the task's id. Both writes are fsync'd, in commits shared by
+//!   every write waiting when one starts, as settle's store commits.
+//!
+//! None of them checks anything, keeps anything else, runs a plugin or
+//! follows a command to its end.
 
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::routing::post;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{Connection, SendRequest};
+use redb::{Database, TableDefinition};
 use serde_json::{Value, json};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 
 type Io = hyper_util::rt::TokioIo<TcpStream>;
 
 /// One keep-alive connection to the simulator.
 struct Upstream {
-    sender: SendRequest<Empty<Bytes>>,
-    io: Connection<Io, Empty<Bytes>>,
+    sender: SendRequest<Full<Bytes>>,
+    io: Connection<Io, Full<Bytes>>,
 }
 
 /// Idle connections to the simulator, and where it is.
@@ -39,8 +50,9 @@ struct Pool {
 }
 
 impl Pool {
-    /// GETs `path` on the simulator and returns the whole body.
-    async fn get(&self, path: &str) -> anyhow::Result<Bytes> {
+    /// Sends `method` `path` with `body` to the simulator and returns the
+    /// whole answer.
+    async fn exchange(&self, method: &str, path: &str, body: Bytes) -> anyhow::Result<Bytes> {
         let taken = self.idle.lock().unwrap().pop();
         let mut upstream = match taken {
             Some(upstream) => upstream,
@@ -51,9 +63,12 @@ impl Pool {
                 Upstream { sender, io }
             }
         };
-        let request = http::Request::get(path)
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
             .header("host", &self.address)
-            .body(Empty::new())?;
+            .header("content-type", "application/json")
+            .body(Full::new(body))?;
         let Upstream { sender, io } = &mut upstream;
         let answer = drive(io, async {
             let response = sender.send_request(request).await?;
@@ -64,10 +79,15 @@ impl Pool {
         self.idle.lock().unwrap().push(upstream);
         Ok(answer)
     }
+
+    async fn read(&self, device: &str) -> anyhow::Result<Bytes> {
+        let path = format!("/api/v1/devices/{device}/sensors");
+        self.exchange("GET", &path, Bytes::new()).await
+    }
 }
 
 /// Polls the connection's I/O beside `f`, in the caller's task.
-async fn drive<F: Future>(io: &mut Connection<Io, Empty<Bytes>>, f: F) -> F::Output {
+async fn drive<F: Future>(io: &mut Connection<Io, Full<Bytes>>, f: F) -> F::Output {
     let mut f = std::pin::pin!(f);
     std::future::poll_fn(|cx| {
         // The connection only ends with an error here, which `f` reports.
@@ -77,47 +97,153 @@ async fn drive<F: Future>(io: &mut Connection<Io, Empty<Bytes>>, f: F) -> F::Out
     .await
 }
 
-async fn forward(State(pool): State<Arc<Pool>>, Path(device): Path<String>) -> Bytes {
-    pool.get(&format!("/api/v1/devices/{device}/sensors"))
+const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("records");
+
+/// One write for the journal, and who waits for its commit.
+type Job = (String, Vec<u8>, oneshot::Sender<Result<(), String>>);
+
+/// A redb file written by one thread that commits every write waiting when
+/// a commit starts together, each commit fsync'd.
+struct Journal {
+    jobs: Mutex<mpsc::Sender<Job>>,
+}
+
+impl Journal {
+    fn open(path: &std::path::Path) -> anyhow::Result<Journal> {
+        let db = Database::create(path)?;
+        let (jobs, waiting) = mpsc::channel::<Job>();
+        std::thread::spawn(move || {
+            while let Ok(first) = waiting.recv() {
+                let mut batch = vec![first];
+                batch.extend(waiting.try_iter().take(1023));
+                let committed = (|| -> Result<(), redb::Error> {
+                    let txn = db.begin_write()?;
+                    {
+                        let mut table = txn.open_table(RECORDS)?;
+                        for (key, value, _) in &batch {
+                            table.insert(key.as_str(), value.as_slice())?;
+                        }
+                    }
+                    txn.commit()?;
+                    Ok(())
+                })()
+                .map_err(|e| e.to_string());
+                for (_, _, done) in batch {
+                    let _ = done.send(committed.clone());
+                }
+            }
+        });
+        Ok(Journal {
+            jobs: Mutex::new(jobs),
+        })
+    }
+
+    /// Puts `value` at `key` and returns once it is on disk.
+    async fn put(&self, key: String, value: Vec<u8>) -> anyhow::Result<()> {
+        let (done, committed) = oneshot::channel();
+        self.jobs.lock().unwrap().send((key, value, done))?;
+        committed.await?.map_err(anyhow::Error::msg)
+    }
+}
+
+struct Proxies {
+    pool: Pool,
+    journal: Journal,
+    next_id: AtomicU64,
+}
+
+async fn forward(State(proxies): State<Arc<Proxies>>, Path(device): Path<String>) -> Bytes {
+    proxies
+        .pool
+        .read(&device)
         .await
         .unwrap_or_else(|e| Bytes::from(format!("failed: {e}")))
 }
 
-async fn mcp(State(pool): State<Arc<Pool>>, body: Bytes) -> axum::Json<Value> {
+/// A JSON-RPC answer to `request` carrying `result`, or a tool error.
+fn answer(request: &Value, result: anyhow::Result<Value>) -> axum::Json<Value> {
+    let result = result.unwrap_or_else(
+        |e| json!({"content": [{"type": "text", "text": e.to_string()}], "isError": true}),
+    );
+    axum::Json(json!({"jsonrpc": "2.0", "id": request["id"], "result": result}))
+}
+
+async fn mcp(State(proxies): State<Arc<Proxies>>, body: Bytes) -> axum::Json<Value> {
     let request: Value = serde_json::from_slice(&body).unwrap_or_default();
     let device = request["params"]["arguments"]["device_id"]
         .as_str()
         .unwrap_or_default();
-    let result = match pool.get(&format!("/api/v1/devices/{device}/sensors")).await {
-        Ok(answer) => {
-            let reading: Value = serde_json::from_slice(&answer).unwrap_or_default();
-            json!({
-                "content": [{"type": "text", "text": reading.to_string()}],
-                "structuredContent": reading,
-                "isError": false,
-            })
-        }
-        Err(e) => json!({"content": [{"type": "text", "text": e.to_string()}], "isError": true}),
-    };
-    axum::Json(json!({"jsonrpc": "2.0", "id": request["id"], "result": result}))
+    let result = proxies.pool.read(device).await.map(|answer| {
+        let reading: Value = serde_json::from_slice(&answer).unwrap_or_default();
+        json!({
+            "content": [{"type": "text", "text": reading.to_string()}],
+            "structuredContent": reading,
+            "isError": false,
+        })
+    });
+    answer(&request, result)
 }
 
-/// Starts both proxies in front of the simulator at `api` (`http://host:port`)
-/// and returns their base URL.
-pub async fn start(api: &str) -> anyhow::Result<String> {
+async fn command(State(proxies): State<Arc<Proxies>>, body: Bytes) -> axum::Json<Value> {
+    let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let result = async {
+        let arguments = &request["params"]["arguments"];
+        let device = arguments["device_id"].as_str().unwrap_or_default();
+        let target = &arguments["temperature"];
+        let baseline: Value = serde_json::from_slice(&proxies.pool.read(device).await?)?;
+        let id = format!(
+            "{:032x}",
+            proxies.next_id.fetch_add(1, Ordering::Relaxed) as u128 * 0x9e37_79b9_7f4a_7c15
+        );
+        let mut record = json!({
+            "taskId": id, "deviceId": device, "target": target,
+            "baseline": baseline, "status": "working", "sent": false,
+        });
+        proxies
+            .journal
+            .put(id.clone(), serde_json::to_vec(&record)?)
+            .await?;
+        let control = format!("/api/v1/devices/{device}/control");
+        let command = json!({"target_temperature": target}).to_string();
+        let accepted: Value = serde_json::from_slice(
+            &proxies
+                .pool
+                .exchange("POST", &control, Bytes::from(command))
+                .await?,
+        )?;
+        record["sent"] = json!(true);
+        record["accepted"] = accepted;
+        proxies
+            .journal
+            .put(id.clone(), serde_json::to_vec(&record)?)
+            .await?;
+        Ok(json!({"taskId": id, "status": "working", "ttl": 300000}))
+    }
+    .await;
+    answer(&request, result)
+}
+
+/// Starts the proxies in front of the simulator at `api` (`http://host:port`),
+/// `/command`'s records in a redb file in `dir`, and returns their base URL.
+pub async fn start(api: &str, dir: &std::path::Path) -> anyhow::Result<String> {
     let address = api
         .strip_prefix("http://")
         .ok_or_else(|| anyhow::anyhow!("not http: {api}"))?
         .trim_end_matches('/')
         .to_string();
-    let pool = Arc::new(Pool {
-        address,
-        idle: Mutex::new(Vec::new()),
+    let proxies = Arc::new(Proxies {
+        pool: Pool {
+            address,
+            idle: Mutex::new(Vec::new()),
+        },
+        journal: Journal::open(&dir.join("proxy.redb"))?,
+        next_id: AtomicU64::new(1),
     });
     let app = Router::new()
         .route("/forward/{device}", post(forward))
         .route("/mcp", post(mcp))
-        .with_state(pool);
+        .route("/command", post(command))
+        .with_state(proxies);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });
