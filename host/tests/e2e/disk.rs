@@ -1,9 +1,10 @@
 //! The runner on a disk that fails: `settle` as its own process with
-//! `disk/failing_sync.c` preloaded, so its fsyncs fail with EIO while the
-//! test says so. A command then is refused with the reason and never
-//! reaches the device, readiness says why, and once the disk heals the
-//! runner opens its store again by itself, with nothing it acknowledged
-//! lost, and the task in flight through the outage carries on.
+//! `disk/failing_disk.c` preloaded, so its fsyncs fail with EIO, or its
+//! writes with ENOSPC, while the test says so. A command then is refused
+//! with the reason and never reaches the device, readiness says why, and
+//! once the disk heals the runner opens its store again by itself, with
+//! nothing it acknowledged lost, and the task in flight through the outage
+//! carries on.
 
 use crate::common::*;
 use serde_json::json;
@@ -12,9 +13,9 @@ use std::time::Duration;
 
 /// Builds the preload with the system's C compiler (the one Rust links
 /// with) into `dir`.
-fn failing_sync_library(dir: &Path) -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/disk/failing_sync.c");
-    let library = dir.join("failing_sync.so");
+fn failing_disk_library(dir: &Path) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/disk/failing_disk.c");
+    let library = dir.join("failing_disk.so");
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let built = std::process::Command::new(&compiler)
         .args(["-shared", "-fPIC", "-O2", "-o"])
@@ -27,6 +28,33 @@ fn failing_sync_library(dir: &Path) -> PathBuf {
     library
 }
 
+/// How the disk fails, as the preload makes it.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// fsync and fdatasync fail with EIO: a dying disk.
+    FailingSync,
+    /// pwrite fails with ENOSPC: a full disk.
+    Full,
+}
+
+impl Fault {
+    /// The preload's variable naming the file whose existence turns it on.
+    fn variable(self) -> &'static str {
+        match self {
+            Fault::FailingSync => "FAILING_SYNC_WHILE",
+            Fault::Full => "FULL_DISK_WHILE",
+        }
+    }
+
+    /// What the operating system says, which the caller must hear.
+    fn reason(self) -> &'static str {
+        match self {
+            Fault::FailingSync => "Input/output error",
+            Fault::Full => "No space left on device",
+        }
+    }
+}
+
 async fn readiness(url: &str) -> (u16, String) {
     let url = url.replace("/mcp", "/readyz");
     let response = reqwest::get(&url).await.unwrap();
@@ -35,8 +63,17 @@ async fn readiness(url: &str) -> (u16, String) {
 
 #[tokio::test]
 async fn a_failing_disk_refuses_commands_with_the_reason_and_the_runner_recovers_when_it_heals() {
+    refuses_then_recovers(Fault::FailingSync).await;
+}
+
+#[tokio::test]
+async fn a_full_disk_refuses_commands_with_the_reason_and_the_runner_recovers_when_space_returns() {
+    refuses_then_recovers(Fault::Full).await;
+}
+
+async fn refuses_then_recovers(fault: Fault) {
     let dir = tempfile::tempdir().unwrap();
-    let library = failing_sync_library(dir.path());
+    let library = failing_disk_library(dir.path());
     let failing = dir.path().join("the disk is failing");
     let store = dir.path().join("settle.redb");
     let sim = sim(Duration::from_millis(300)).await;
@@ -55,7 +92,7 @@ async fn a_failing_disk_refuses_commands_with_the_reason_and_the_runner_recovers
         &argv,
         &[
             ("LD_PRELOAD", library.to_str().unwrap()),
-            ("FAILING_SYNC_WHILE", failing.to_str().unwrap()),
+            (fault.variable(), failing.to_str().unwrap()),
         ],
     )
     .await;
@@ -91,7 +128,7 @@ async fn a_failing_disk_refuses_commands_with_the_reason_and_the_runner_recovers
         .await;
     let refused = format!("{refused:?}");
     assert!(
-        refused.contains("could not be put on disk") && refused.contains("Input/output error"),
+        refused.contains("could not be put on disk") && refused.contains(fault.reason()),
         "the caller hears why: {refused}\n{}",
         server.log()
     );
