@@ -13,7 +13,9 @@
 //! - acceptance to `completed` with a 4 s actuation delay, and the sensor
 //!   reads it took;
 //! - `tasks/get` over HTTP with 10,000 stored tasks (requests/s, p50, p99),
-//!   and the creation rate with 8 and with 64 clients, and one at a time;
+//!   and the creation rate with 8 and with 64 clients, and one at a time,
+//!   then the same through a bare durable proxy (`support/proxy.rs`): the
+//!   most any server that puts each command on disk could create here;
 //! - the delay from a task's change to a `subscriptions/listen` listener
 //!   (p50, p99);
 //! - `get_device_state` at concurrency 1 by stage (`settle::timeline`).
