@@ -191,6 +191,8 @@ async fn command(State(proxies): State<Arc<Proxies>>, body: Bytes) -> axum::Json
         let device = arguments["device_id"].as_str().unwrap_or_default();
         let target = &arguments["temperature"];
         let baseline: Value = serde_json::from_slice(&proxies.pool.read(device).await?)?;
+        // Scattered over the key space as settle's random ids are, so the
+        // journal's inserts land all over its tree, not at its end.
         let id = format!(
             "{:032x}",
             proxies.next_id.fetch_add(1, Ordering::Relaxed) as u128 * 0x9e37_79b9_7f4a_7c15
