@@ -308,7 +308,7 @@ async fn http_throughput(sim: &device_sim::RunningSim) -> anyhow::Result<()> {
     };
     // The floor and ceiling any server in settle's place has here (in this
     // process, like the simulator, whatever `BENCH_SETTLE` says).
-    let proxies = proxy::start(&api, dir.path()).await?;
+    let proxies = proxy::start(&api, None).await?;
     println!(
         "## get_device_state over HTTP (3 s per row; settle {}; each worker its own device)",
         if own_process {
@@ -767,7 +767,7 @@ async fn tasks_at_scale() -> anyhow::Result<()> {
     // settle's place could create here. Once settle's tasks have ended, so
     // its polls do not load the proxy's figures.
     tasks_end(&url, more.last().context("a task")?).await?;
-    let proxy = format!("{}/command", proxy::start(&api, dir.path()).await?);
+    let proxy = format!("{}/command", proxy::start(&api, Some(dir.path())).await?);
     for (count, clients) in [(DEVICES, 8), (ALONE, 1), (DEVICES, 64)] {
         let started = Instant::now();
         let created = create_tasks(&proxy, count, clients, 25.0).await?;

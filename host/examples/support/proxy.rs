@@ -148,7 +148,8 @@ impl Journal {
 
 struct Proxies {
     pool: Pool,
-    journal: Journal,
+    /// `/command`'s records; only the runs that create have one.
+    journal: Option<Journal>,
     next_id: AtomicU64,
 }
 
@@ -187,6 +188,10 @@ async fn mcp(State(proxies): State<Arc<Proxies>>, body: Bytes) -> axum::Json<Val
 async fn command(State(proxies): State<Arc<Proxies>>, body: Bytes) -> axum::Json<Value> {
     let request: Value = serde_json::from_slice(&body).unwrap_or_default();
     let result = async {
+        let journal = proxies
+            .journal
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("this proxy was started without a journal"))?;
         let arguments = &request["params"]["arguments"];
         let device = arguments["device_id"].as_str().unwrap_or_default();
         let target = &arguments["temperature"];
@@ -201,8 +206,7 @@ async fn command(State(proxies): State<Arc<Proxies>>, body: Bytes) -> axum::Json
             "taskId": id, "deviceId": device, "target": target,
             "baseline": baseline, "status": "working", "sent": false,
         });
-        proxies
-            .journal
+        journal
             .put(id.clone(), serde_json::to_vec(&record)?)
             .await?;
         let control = format!("/api/v1/devices/{device}/control");
@@ -215,8 +219,7 @@ async fn command(State(proxies): State<Arc<Proxies>>, body: Bytes) -> axum::Json
         )?;
         record["sent"] = json!(true);
         record["accepted"] = accepted;
-        proxies
-            .journal
+        journal
             .put(id.clone(), serde_json::to_vec(&record)?)
             .await?;
         Ok(json!({"taskId": id, "status": "working", "ttl": 300000}))
@@ -225,9 +228,10 @@ async fn command(State(proxies): State<Arc<Proxies>>, body: Bytes) -> axum::Json
     answer(&request, result)
 }
 
-/// Starts the proxies in front of the simulator at `api` (`http://host:port`),
-/// `/command`'s records in a redb file in `dir`, and returns their base URL.
-pub async fn start(api: &str, dir: &std::path::Path) -> anyhow::Result<String> {
+/// Starts the proxies in front of the simulator at `api` (`http://host:port`)
+/// and returns their base URL. `/command` keeps its records in a redb file
+/// in `journal_dir`, and answers a tool error without one.
+pub async fn start(api: &str, journal_dir: Option<&std::path::Path>) -> anyhow::Result<String> {
     let address = api
         .strip_prefix("http://")
         .ok_or_else(|| anyhow::anyhow!("not http: {api}"))?
@@ -238,7 +242,9 @@ pub async fn start(api: &str, dir: &std::path::Path) -> anyhow::Result<String> {
             address,
             idle: Mutex::new(Vec::new()),
         },
-        journal: Journal::open(&dir.join("proxy.redb"))?,
+        journal: journal_dir
+            .map(|dir| Journal::open(&dir.join("proxy.redb")))
+            .transpose()?,
         next_id: AtomicU64::new(1),
     });
     let app = Router::new()
