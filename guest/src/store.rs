@@ -11,7 +11,7 @@
 use crate::device::{DeviceModel, Waiter, state_digest};
 use crate::driver::Reading;
 use crate::model::{Field, Value};
-use crate::platform::{CasUpdate, Platform, Wake, cas_update, schedule_one};
+use crate::platform::{CasUpdate, Platform, Swap, Wake, cas_update, schedule_one};
 use crate::task::{RECORD_FORMAT, TaskRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -94,6 +94,90 @@ impl Aftermath {
                 at_ms,
             });
         }
+    }
+}
+
+/// A task as [`Store::load_many_for_update`] read it.
+pub struct Loaded {
+    pub record: TaskRecord,
+    /// What the record was read from: its write is checked against it.
+    bytes: Vec<u8>,
+}
+
+/// A change [`Store::update_many_deferred`] makes to one task: whether it
+/// changed anything. It runs again on the fresh record when another writer
+/// got there first.
+pub type TaskChange<'c> = Box<dyn FnMut(&mut TaskRecord) -> bool + 'c>;
+
+/// Rounds of [`Store::update_many_deferred`]'s write together before the
+/// tasks still contended are updated one by one.
+const MAX_SWAP_ROUNDS: usize = 3;
+
+/// A change applied to a task in memory, to be written.
+enum Applied {
+    /// `change` changed nothing.
+    Unchanged(TaskRecord),
+    /// Changed; `bytes` is the new record's encoding.
+    Changed {
+        record: TaskRecord,
+        bytes: Vec<u8>,
+        /// The detailed rendering, when a client would see a difference.
+        visible: Option<serde_json::Value>,
+        /// Whether this change ended the task.
+        ended: bool,
+    },
+    /// Written and published already ([`Store::update_deferred`]).
+    Published((TaskRecord, bool)),
+}
+
+impl Applied {
+    fn record(&self) -> &TaskRecord {
+        match self {
+            Applied::Unchanged(record)
+            | Applied::Changed { record, .. }
+            | Applied::Published((record, _)) => record,
+        }
+    }
+
+    /// The encoding of a changed record.
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Applied::Changed { bytes, .. } => bytes,
+            Applied::Unchanged(_) | Applied::Published(_) => {
+                unreachable!("only a changed record is written")
+            }
+        }
+    }
+
+    /// [`Applied::bytes`], moved out for the write (nothing after it
+    /// needs them).
+    fn take_bytes(&mut self) -> Vec<u8> {
+        match self {
+            Applied::Changed { bytes, .. } => std::mem::take(bytes),
+            Applied::Unchanged(_) | Applied::Published(_) => {
+                unreachable!("only a changed record is written")
+            }
+        }
+    }
+}
+
+/// Applies `change` to `record`. Most updates are reads that change
+/// nothing (`tasks/get`), so the record is rendered only when it changed: a
+/// clone costs far less than a rendering, and the rendering is kept for the
+/// listeners when it differs.
+fn apply(mut record: TaskRecord, change: &mut dyn FnMut(&mut TaskRecord) -> bool) -> Applied {
+    let before = record.clone();
+    let was_terminal = record.is_terminal();
+    if !change(&mut record) {
+        return Applied::Unchanged(record);
+    }
+    let detailed = record.to_detailed_json();
+    let visible = (detailed != before.to_detailed_json()).then_some(detailed);
+    Applied::Changed {
+        bytes: encode(&record),
+        ended: !was_terminal && record.is_terminal(),
+        record,
+        visible,
     }
 }
 
@@ -203,43 +287,145 @@ impl<'p> Store<'p> {
         after: &mut Aftermath,
     ) -> Result<Option<(TaskRecord, bool)>, String> {
         let key = task_key(id);
-        let mut ended = false;
-        let mut outcome = cas_update(self.platform.kv(), &key, |current| {
+        let applied = cas_update(self.platform.kv(), &key, |current| {
             let Some(bytes) = current else {
                 return Ok(CasUpdate::Keep(None));
             };
-            let mut record = decode(&key, bytes)?;
-            // Most updates are reads that change nothing (`tasks/get`), so
-            // the record as it was is kept, and rendered only when it
-            // changed: a clone costs far less than a rendering.
-            let before = record.clone();
-            let was_terminal = record.is_terminal();
-            if change(&mut record) {
-                // Kept for the listeners when it differs: rendering it is a
-                // good part of what a task's change costs.
-                let detailed = record.to_detailed_json();
-                let visible = (detailed != before.to_detailed_json()).then_some(detailed);
-                ended = !was_terminal && record.is_terminal();
-                Ok(CasUpdate::Write(
-                    encode(&record),
-                    Some((record, true, visible)),
-                ))
-            } else {
-                Ok(CasUpdate::Keep(Some((record, false, None))))
-            }
+            Ok(match apply(decode(&key, bytes)?, &mut change) {
+                Applied::Unchanged(record) => CasUpdate::Keep(Some(Applied::Unchanged(record))),
+                mut changed => CasUpdate::Write(changed.take_bytes(), Some(changed)),
+            })
         })?;
-        if let Some((record, true, visible)) = &mut outcome {
-            if ended {
-                // The write that ended it happens once (terminal states
-                // never change), so each task is recorded once.
-                after.ended.push(crate::audit::Entry::of_task(record));
+        Ok(applied.map(|applied| self.stored(applied, now_ms, after)))
+    }
+
+    /// Loads tasks for [`Store::update_many_deferred`], in one round trip;
+    /// a missing one is `None`.
+    pub fn load_many_for_update(&self, ids: &[String]) -> Result<Vec<Option<Loaded>>, String> {
+        let keys: Vec<String> = ids.iter().map(|id| task_key(id)).collect();
+        self.platform
+            .kv()
+            .get_many(&keys)?
+            .into_iter()
+            .zip(&keys)
+            .map(|(bytes, key)| {
+                bytes
+                    .map(|bytes| {
+                        Ok(Loaded {
+                            record: decode(key, &bytes)?,
+                            bytes,
+                        })
+                    })
+                    .transpose()
+            })
+            .collect()
+    }
+
+    /// [`Store::update_deferred`] for many tasks at once: each change is
+    /// made on the task as loaded, and every task that changed is written
+    /// in one [`Kv::swap_many`], one commit for all, where a device's tick
+    /// that ends a hundred tasks used to wait for a hundred. If another
+    /// writer changed some of them since they were loaded, nothing was
+    /// written: the others are written together again, and those are
+    /// updated one by one on their fresh records, as `update_deferred`
+    /// does. The outcomes are in the order of `tasks`.
+    ///
+    /// [`Kv::swap_many`]: crate::platform::Kv::swap_many
+    pub fn update_many_deferred(
+        &self,
+        tasks: Vec<(Loaded, TaskChange<'_>)>,
+        now_ms: u64,
+        after: &mut Aftermath,
+    ) -> Result<Vec<Option<(TaskRecord, bool)>>, String> {
+        let mut outcomes: Vec<Option<Applied>> = Vec::with_capacity(tasks.len());
+        let mut changes = Vec::with_capacity(tasks.len());
+        // Positions in `outcomes` of the tasks to write, with what was read.
+        let mut writes: Vec<(usize, Vec<u8>)> = Vec::new();
+        for (at, (loaded, mut change)) in tasks.into_iter().enumerate() {
+            let applied = apply(loaded.record, &mut change);
+            if matches!(applied, Applied::Changed { .. }) {
+                writes.push((at, loaded.bytes));
             }
-            if let Some(detailed) = visible.take() {
-                self.platform.task_changed(record, detailed);
-            }
-            after.wake(record, now_ms);
+            outcomes.push(Some(applied));
+            changes.push(change);
         }
-        Ok(outcome.map(|(record, changed, _)| (record, changed)))
+        let mut again = Vec::new();
+        for _ in 0..MAX_SWAP_ROUNDS {
+            if writes.is_empty() {
+                break;
+            }
+            let swaps = writes
+                .iter()
+                .map(|(at, seen)| {
+                    let applied = outcomes[*at].as_ref().expect("a write's outcome is kept");
+                    Swap {
+                        key: task_key(&applied.record().id),
+                        seen: Some(seen.clone()),
+                        value: applied.bytes().to_vec(),
+                    }
+                })
+                .collect();
+            let changed: BTreeSet<usize> = self
+                .platform
+                .kv()
+                .swap_many(swaps)?
+                .into_iter()
+                .map(|at| at as usize)
+                .collect();
+            if changed.is_empty() {
+                writes.clear();
+                break;
+            }
+            let (stale, kept): (Vec<_>, Vec<_>) = writes
+                .into_iter()
+                .enumerate()
+                .partition(|(position, _)| changed.contains(position));
+            again.extend(stale.into_iter().map(|(_, (at, _))| at));
+            writes = kept.into_iter().map(|(_, write)| write).collect();
+        }
+        // Still contended after every round: one at a time, like the stale.
+        again.extend(writes.into_iter().map(|(at, _)| at));
+        for at in again {
+            let id = outcomes[at]
+                .as_ref()
+                .map(|applied| applied.record().id.clone())
+                .expect("a write's outcome is kept");
+            outcomes[at] = self
+                .update_deferred(&id, now_ms, &mut changes[at], after)?
+                .map(Applied::Published);
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|applied| applied.map(|applied| self.stored(applied, now_ms, after)))
+            .collect())
+    }
+
+    /// What a stored change leads to: the audit record of a task it
+    /// ended, the listeners told if a client would see a difference (so
+    /// each visible change reaches them once and a bare read count not at
+    /// all), and the task's own next wake.
+    fn stored(&self, applied: Applied, now_ms: u64, after: &mut Aftermath) -> (TaskRecord, bool) {
+        match applied {
+            Applied::Unchanged(record) => (record, false),
+            Applied::Published(outcome) => outcome,
+            Applied::Changed {
+                record,
+                visible,
+                ended,
+                ..
+            } => {
+                if ended {
+                    // The write that ended it happens once (terminal states
+                    // never change), so each task is recorded once.
+                    after.ended.push(crate::audit::Entry::of_task(&record));
+                }
+                if let Some(detailed) = visible {
+                    self.platform.task_changed(&record, detailed);
+                }
+                after.wake(&record, now_ms);
+                (record, true)
+            }
+        }
     }
 
     /// Writes what [`Store::update_deferred`] left: the audit records in
@@ -405,19 +591,88 @@ fn decode_model(device_id: &str, bytes: &[u8]) -> Result<DeviceModel, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::Timing;
+    use crate::task::{Status, Timing};
 
-    fn record_text(format: u32) -> serde_json::Value {
-        let timing = Timing {
+    fn timing() -> Timing {
+        Timing {
             ttl_ms: 60_000,
             poll_interval_ms: 1_000,
             settle_window_ms: 10_000,
             stable_reads: 2,
             dense_read_ms: 200,
-        };
-        let mut record = TaskRecord::new("t1".into(), "set_power", "ac-1", vec![], timing, 1_000);
+        }
+    }
+
+    fn record_text(format: u32) -> serde_json::Value {
+        let mut record = TaskRecord::new("t1".into(), "set_power", "ac-1", vec![], timing(), 1_000);
         record.format = format;
         serde_json::to_value(&record).unwrap()
+    }
+
+    #[test]
+    fn tasks_updated_together_are_written_at_once_and_a_raced_one_on_its_own() {
+        use crate::platform::memory::MemoryPlatform;
+        let platform = MemoryPlatform::new(1_000, &[]);
+        let store = Store::new(&platform);
+        let ids: Vec<String> = ["t1", "t2", "t3", "t4"].map(String::from).to_vec();
+        for id in &ids {
+            let record = TaskRecord::new(id.clone(), "set_power", "ac-1", vec![], timing(), 1_000);
+            store.create(&record, 5_000).unwrap();
+        }
+        // Someone else cancels t2 between the load and the write.
+        let loaded = store.load_many_for_update(&ids).unwrap();
+        let mut raced = loaded[1].as_ref().unwrap().record.clone();
+        assert!(raced.cancel(1_500));
+        platform.race_next_swap("task/t2", encode(&raced));
+        platform.take_changes();
+
+        let changes: Vec<(Loaded, TaskChange<'_>)> = loaded
+            .into_iter()
+            .map(|task| {
+                let task = task.unwrap();
+                // t4 is only read: nothing to write for it.
+                let change: TaskChange<'_> = if task.record.id == "t4" {
+                    Box::new(|_| false)
+                } else {
+                    Box::new(|t| t.cancel(2_000))
+                };
+                (task, change)
+            })
+            .collect();
+        let mut after = Aftermath::default();
+        let outcomes = store
+            .update_many_deferred(changes, 2_000, &mut after)
+            .unwrap();
+
+        let outcome = |at: usize| {
+            let (record, changed) = outcomes[at].as_ref().unwrap();
+            (
+                record.id.as_str(),
+                record.status,
+                record.updated_at_ms,
+                *changed,
+            )
+        };
+        assert_eq!(outcome(0), ("t1", Status::Cancelled, 2_000, true));
+        // The cancel ran again on the record the other writer left, which
+        // had ended already: nothing changed, and its time is the other's.
+        assert_eq!(outcome(1), ("t2", Status::Cancelled, 1_500, false));
+        assert_eq!(outcome(2), ("t3", Status::Cancelled, 2_000, true));
+        assert_eq!(outcome(3), ("t4", Status::Working, 1_000, false));
+        for (id, status) in [
+            ("t1", Status::Cancelled),
+            ("t2", Status::Cancelled),
+            ("t3", Status::Cancelled),
+            ("t4", Status::Working),
+        ] {
+            assert_eq!(store.load(id).unwrap().unwrap().status, status, "{id}");
+        }
+        assert_eq!(store.load("t2").unwrap().unwrap(), raced);
+        // Each change this call made is told and recorded once.
+        let told: Vec<String> = platform.take_changes().into_iter().map(|t| t.id).collect();
+        assert_eq!(told, ["t1", "t3"]);
+        let ended: Vec<&str> = after.ended.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ended, ["t1", "t3"]);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::bindings::wasi::config::store as config;
 use crate::bindings::wasi::keyvalue::{atomics, batch, store};
 use crate::bindings::wasi::random::random;
 
-pub use runner::Level;
+pub use runner::{Level, Swap};
 
 /// Milliseconds since the Unix epoch, from the runner's wall clock.
 pub fn now_ms() -> u64 {
@@ -185,6 +185,14 @@ impl Kv {
     /// Removes many keys in one call; a missing key is not an error.
     pub fn delete_many(&self, keys: &[String]) -> Result<(), String> {
         batch::delete_many(&self.bucket, keys).map_err(kv_error)
+    }
+
+    /// Writes every swap's value if every key still holds what its swap
+    /// saw, in one store commit; otherwise writes nothing and returns the
+    /// positions of the swaps whose key changed (read those again). Empty:
+    /// all were written. At most 10,000 keys a call.
+    pub fn swap_many(&self, swaps: &[Swap]) -> Result<Vec<u32>, String> {
+        runner::swap_many(swaps).map_err(|e| schedule_error(e, "keys", swaps.len()))
     }
 
     /// Reads `key`, lets `update` decide, and writes only if nobody wrote the

@@ -18,13 +18,26 @@ use super::readings::observed;
 use crate::device::Waiter;
 use crate::model::Field;
 use crate::platform::{Level, schedule_one};
-use crate::store::{Aftermath, device_of_wake, device_wake_id};
+use crate::store::{Aftermath, Loaded, TaskChange, device_of_wake, device_wake_id};
 use crate::task::Standing;
-use crate::task::{FailureReason, Sight, Stage, TaskRecord, backoff, next_grid_read};
+use crate::task::{FailureReason, Horizons, Sight, Stage, TaskRecord, backoff, next_grid_read};
 use std::collections::BTreeMap;
 
 /// Polls between reads of a device watched with no task waiting.
 const WATCH_GAP_POLLS: u64 = 2;
+
+/// A task a tick judges, with what the device's model says of it.
+struct Judged {
+    id: String,
+    /// The device's read count when the task joined it.
+    base: u64,
+    /// Reads since the task's command was sent, this one included.
+    reads: u32,
+    standings: BTreeMap<Field, Standing>,
+    horizons: Horizons,
+    /// When an earlier command blocking this one runs out of time.
+    unblocked_at: Option<u64>,
+}
 
 /// Handles the wakes `ids` of group `group` (a device). Every wake is either
 /// scheduled again or unscheduled before this returns; if this fails half
@@ -143,11 +156,17 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
             .filter(|(_, w)| changed || first_failure || w.check_at <= now)
             .map(|(id, _)| id.clone())
             .collect();
-        let records = ctx.store.load_many(&due)?;
+        let records = ctx.store.load_many_for_update(&due)?;
+        // The tasks to judge, each with what the model says of it, judged
+        // together below: their changes are written in one commit.
+        let mut judged: Vec<Judged> = Vec::new();
+        let mut loaded: Vec<Loaded> = Vec::new();
         for (id, record) in due.iter().zip(records) {
             let base = seen.waiting[id].base;
-            let update = match record {
-                None => None,
+            match record {
+                None => {
+                    updates.insert(id.clone(), None);
+                }
                 // Joined its device a moment before the record of its send
                 // lands (two writes, one after the other), or a crash fell
                 // between them: nothing to judge yet, and its place stays.
@@ -158,15 +177,17 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
                 // the next read looks at it again, not its own check (which
                 // may be far): this reading may already show what it asks
                 // for, and later ones then show nothing new.
-                Some(record) if record.stage == Stage::Sending => {
+                Some(Loaded { record, .. }) if record.stage == Stage::Sending => {
                     let at = recovery_wake(ctx, record.updated_at_ms);
                     schedule_one(ctx.platform, id, &record.device_id, at)?;
-                    Some(Waiter {
+                    let waiter = Waiter {
                         check_at: now,
                         ..seen.waiting[id]
-                    })
+                    };
+                    updates.insert(id.clone(), Some(waiter));
                 }
-                Some(record) => {
+                Some(task) => {
+                    let record = &task.record;
                     let reads = u32::try_from(seen.reads.saturating_sub(base)).unwrap_or(u32::MAX);
                     let sent = record.sent_at_ms().unwrap_or(now);
                     let fields = || record.fields.iter().map(|f| f.field);
@@ -191,48 +212,62 @@ fn tick(ctx: &Context<'_>, device_id: &str) -> Result<(), String> {
                     } else {
                         None
                     };
-                    let sight = Sight {
-                        reading: sight_reading,
+                    judged.push(Judged {
+                        id: id.clone(),
+                        base,
                         reads,
-                        standings: &standings,
+                        standings,
                         horizons,
-                    };
-                    let stored = ctx.store.update_deferred(
-                        id,
-                        now,
-                        |t| t.observe(now, &sight),
-                        &mut after,
-                    )?;
-                    if let Some((t, false)) = &stored
-                        && t.is_terminal()
-                    {
-                        // Ended earlier, yet still waiting here: the call
-                        // that ended it stopped before it was taken off this
-                        // device (a crash). Its removal below may otherwise
-                        // be the last anyone sees of it, so its purge is
-                        // planned again (a wake replaces an equal one).
-                        after.wake(t, now);
-                    }
-                    if let Some((t, true)) = &stored
-                        && t.failure.as_ref().map(|f| f.reason) == Some(FailureReason::NotApplied)
-                    {
-                        given_up.push(t.seq);
-                    }
-                    stored
-                        .filter(|(t, _)| t.waits_on_device())
-                        .map(|(t, _)| Waiter {
-                            // Blocked by an earlier command: looked at again
-                            // when that one's time runs out, as unchanged
-                            // reads would pass it by until its own check.
-                            check_at: t
-                                .next_check_ms(now, &horizons)
-                                .min(unblocked_at.unwrap_or(u64::MAX)),
-                            base,
-                            deadline: t.deadline_ms(),
-                        })
+                        unblocked_at,
+                    });
+                    loaded.push(task);
                 }
-            };
-            updates.insert(id.clone(), update);
+            }
+        }
+        let changes: Vec<(Loaded, TaskChange<'_>)> = loaded
+            .into_iter()
+            .zip(&judged)
+            .map(|(task, judged)| {
+                let sight = Sight {
+                    reading: sight_reading,
+                    reads: judged.reads,
+                    standings: &judged.standings,
+                    horizons: judged.horizons,
+                };
+                let change: TaskChange<'_> = Box::new(move |t| t.observe(now, &sight));
+                (task, change)
+            })
+            .collect();
+        let stored = ctx.store.update_many_deferred(changes, now, &mut after)?;
+        for (judged, stored) in judged.iter().zip(stored) {
+            if let Some((t, false)) = &stored
+                && t.is_terminal()
+            {
+                // Ended earlier, yet still waiting here: the call that
+                // ended it stopped before it was taken off this device (a
+                // crash). Its removal below may otherwise be the last
+                // anyone sees of it, so its purge is planned again (a wake
+                // replaces an equal one).
+                after.wake(t, now);
+            }
+            if let Some((t, true)) = &stored
+                && t.failure.as_ref().map(|f| f.reason) == Some(FailureReason::NotApplied)
+            {
+                given_up.push(t.seq);
+            }
+            let update = stored
+                .filter(|(t, _)| t.waits_on_device())
+                .map(|(t, _)| Waiter {
+                    // Blocked by an earlier command: looked at again when
+                    // that one's time runs out, as unchanged reads would
+                    // pass it by until its own check.
+                    check_at: t
+                        .next_check_ms(now, &judged.horizons)
+                        .min(judged.unblocked_at.unwrap_or(u64::MAX)),
+                    base: judged.base,
+                    deadline: t.deadline_ms(),
+                });
+            updates.insert(judged.id.clone(), update);
         }
     }
     // Before the device's model lets go of the tasks: if this fails, the

@@ -2,7 +2,7 @@
 //! in a map, and the wakes, task changes and logs kept where the test can
 //! look at them.
 
-use super::{CasDecision, Kv, Level, Platform, Wake};
+use super::{CasDecision, Kv, Level, Platform, Swap, Wake};
 use crate::task::TaskRecord;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -28,6 +28,17 @@ pub struct MemoryPlatform {
 #[derive(Default)]
 pub struct MemoryKv {
     map: RefCell<BTreeMap<String, Vec<u8>>>,
+    /// A write another caller makes just before the next
+    /// [`Kv::swap_many`]: a race, for tests of the path that loses it.
+    racing: RefCell<Option<(String, Vec<u8>)>>,
+}
+
+impl MemoryKv {
+    /// Makes another writer put `value` at `key` just before the next
+    /// [`Kv::swap_many`] checks its keys.
+    pub fn race_next_swap(&self, key: &str, value: Vec<u8>) {
+        *self.racing.borrow_mut() = Some((key.to_string(), value));
+    }
 }
 
 impl Kv for MemoryKv {
@@ -58,6 +69,24 @@ impl Kv for MemoryKv {
         Ok(())
     }
 
+    fn swap_many(&self, swaps: Vec<Swap>) -> Result<Vec<u32>, String> {
+        if let Some((key, value)) = self.racing.borrow_mut().take() {
+            self.map.borrow_mut().insert(key, value);
+        }
+        let mut map = self.map.borrow_mut();
+        let changed: Vec<u32> = (0u32..)
+            .zip(&swaps)
+            .filter(|(_, swap)| map.get(&swap.key) != swap.seen.as_ref())
+            .map(|(at, _)| at)
+            .collect();
+        if changed.is_empty() {
+            for swap in swaps {
+                map.insert(swap.key, swap.value);
+            }
+        }
+        Ok(changed)
+    }
+
     fn cas(&self, key: &str, decide: &mut CasDecision<'_>) -> Result<(), String> {
         // Nobody else writes in between: one round always wins.
         let current = self.map.borrow().get(key).cloned();
@@ -77,6 +106,12 @@ impl MemoryPlatform {
             platform.set_config(key, value);
         }
         platform
+    }
+
+    /// Makes another writer put `value` at `key` just before the next
+    /// [`Kv::swap_many`] checks its keys: a race, for the path that loses it.
+    pub fn race_next_swap(&self, key: &str, value: Vec<u8>) {
+        self.kv.race_next_swap(key, value);
     }
 
     pub fn set_now(&self, now_ms: u64) {

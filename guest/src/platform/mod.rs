@@ -36,6 +36,19 @@ pub trait Kv {
     /// and writes only if nobody wrote the key in between; otherwise runs
     /// `decide` again on the fresh value. [`cas_update`] is the typed way in.
     fn cas(&self, key: &str, decide: &mut CasDecision<'_>) -> Result<(), String>;
+
+    /// Writes every swap's value if every key still holds what its swap
+    /// saw, together (one commit); otherwise writes nothing and returns the
+    /// positions of the swaps whose key changed. Empty: all were written.
+    fn swap_many(&self, swaps: Vec<Swap>) -> Result<Vec<u32>, String>;
+}
+
+/// One key of [`Kv::swap_many`]: write `value` if the key still holds
+/// `seen` (`None`: absent).
+pub struct Swap {
+    pub key: String,
+    pub seen: Option<Vec<u8>>,
+    pub value: Vec<u8>,
 }
 
 /// One round of a compare-and-swap: the current value in, the value to

@@ -1,6 +1,6 @@
 //! The platform of the component: the runner's imports, through the SDK.
 
-use super::{CasDecision, Kv, Level, Platform, Wake};
+use super::{CasDecision, Kv, Level, Platform, Swap, Wake};
 use crate::bindings::settle::plugin::types::{TaskStatus, TaskView};
 use crate::host;
 use crate::task::{Status, TaskRecord, tool_result};
@@ -51,6 +51,18 @@ impl Kv for WasiKv {
     fn delete_many(&self, keys: &[String]) -> Result<(), String> {
         keys.chunks(BATCH)
             .try_for_each(|chunk| self.0.delete_many(chunk))
+    }
+
+    fn swap_many(&self, swaps: Vec<Swap>) -> Result<Vec<u32>, String> {
+        let swaps: Vec<host::Swap> = swaps
+            .into_iter()
+            .map(|swap| host::Swap {
+                key: swap.key,
+                seen: swap.seen,
+                value: swap.value,
+            })
+            .collect();
+        self.0.swap_many(&swaps)
     }
 
     fn cas(&self, key: &str, decide: &mut CasDecision<'_>) -> Result<(), String> {

@@ -1,12 +1,13 @@
-//! `settle:plugin/runner`: scheduling, task change notices and logging.
+//! `settle:plugin/runner`: scheduling, task change notices, logging, and
+//! the compare-and-swap of many keys `wasi:keyvalue` does not have.
 
 use crate::bindings::settle::plugin::runner as wit;
 use crate::bindings::settle::plugin::types::TaskView;
-use crate::capabilities::kv::KvCtx;
+use crate::capabilities::kv::{KvCtx, MAX_BATCH_KEYS};
 use crate::context::TenantContext;
 use crate::ended::Pending;
 use crate::events::{Event, Topic};
-use crate::store::Wake;
+use crate::store::{Swap, Wake};
 use wasmtime::component::{HasData, Linker};
 
 /// The most wakes one call may schedule: bounds the store work one plugin
@@ -173,6 +174,29 @@ impl wit::Host for RunnerView<'_> {
         )
     }
 
+    async fn swap_many(
+        &mut self,
+        swaps: Vec<wit::Swap>,
+    ) -> wasmtime::Result<Result<Vec<u32>, wit::ScheduleError>> {
+        if swaps.len() > MAX_BATCH_KEYS {
+            return Ok(Err(wit::ScheduleError::TooMany(MAX_BATCH_KEYS as u32)));
+        }
+        let swaps = swaps
+            .into_iter()
+            .map(|swap| Swap {
+                key: swap.key,
+                seen: swap.seen,
+                value: swap.value,
+            })
+            .collect();
+        Ok(self
+            .kv
+            .store
+            .compare_and_swap_many(&self.kv.namespace, swaps)
+            .await
+            .map_err(|e| wit::ScheduleError::Store(e.to_string())))
+    }
+
     async fn resource_updated(&mut self, uri: String) -> wasmtime::Result<()> {
         if !self.is_heard(Topic::Resource(&uri))
             || !self.flushed_before("a change of a resource").await
@@ -302,6 +326,65 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(store.next_due_ms().await.unwrap(), None);
+    }
+
+    /// `swap-many` writes in the tenant's namespace only, all or nothing,
+    /// refuses more keys than one call takes, and its writes are owed to
+    /// the disk like every other write of the call.
+    #[tokio::test]
+    async fn swap_many_writes_the_tenants_keys_together_or_none_within_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_file(&dir.path().join("s.redb")).unwrap();
+        let (kv, tenant) = call_on(store.deferring());
+        let mut view = runner(&kv, &tenant);
+        let swap = |key: &str, seen: Option<&str>, value: &str| wit::Swap {
+            key: key.into(),
+            seen: seen.map(|s| s.as_bytes().to_vec()),
+            value: value.as_bytes().to_vec(),
+        };
+        store.set("t", "a", b"1".to_vec()).await.unwrap();
+        store.set("other", "b", b"theirs".to_vec()).await.unwrap();
+
+        let written = view
+            .swap_many(vec![swap("a", Some("1"), "2"), swap("b", None, "mine")])
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(written.is_empty(), "{written:?}");
+        assert_eq!(store.get("t", "b").await.unwrap(), Some(b"mine".to_vec()));
+        assert_eq!(
+            store.get("other", "b").await.unwrap(),
+            Some(b"theirs".to_vec()),
+            "another tenant's key of that name is another key"
+        );
+        assert!(
+            store.unflushed("t", "a"),
+            "written without an fsync of its own"
+        );
+        kv.store.flush_owed().await.unwrap();
+        assert!(!store.any_unflushed(), "on disk by the call's flush");
+
+        let refused = view
+            .swap_many(vec![swap("a", Some("1"), "3"), swap("c", None, "x")])
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(refused, [0], "a changed since it was read");
+        assert_eq!(
+            store.get("t", "c").await.unwrap(),
+            None,
+            "so c is not written"
+        );
+
+        let too_many = (0..=MAX_BATCH_KEYS)
+            .map(|i| swap(&i.to_string(), None, "x"))
+            .collect();
+        let refused = view.swap_many(too_many).await.unwrap();
+        assert!(
+            matches!(refused, Err(wit::ScheduleError::TooMany(n)) if n as usize == MAX_BATCH_KEYS),
+            "{refused:?}"
+        );
+        assert_eq!(store.get("t", "0").await.unwrap(), None, "nothing written");
     }
 
     /// A notice someone hears waits for what came before it to be on

@@ -1,6 +1,8 @@
 //! The in-memory backend: the reference for what every backend must do.
 
-use super::{Due, StoreError, StoreResult, Wake, split_task_ref, task_ref};
+use super::{
+    Due, StoreError, StoreResult, Swap, Wake, changed_since_seen, split_task_ref, task_ref,
+};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
@@ -72,6 +74,19 @@ impl MemoryStore {
         }
         inner.kv.insert(key, new);
         true
+    }
+
+    pub fn compare_and_swap_many(&self, swaps: Vec<Swap>) -> Vec<u32> {
+        let mut inner = self.lock();
+        let Ok(changed) = changed_since_seen(&swaps, |key, seen| {
+            Ok::<_, std::convert::Infallible>(inner.kv.get(key).map(Vec::as_slice) == seen)
+        });
+        if changed.is_empty() {
+            for swap in swaps {
+                inner.kv.insert(swap.key, swap.value);
+            }
+        }
+        changed
     }
 
     pub fn increment(&self, key: String, delta: i64) -> StoreResult<i64> {

@@ -54,6 +54,33 @@ pub struct Due {
     pub group: String,
 }
 
+/// One key of [`Store::compare_and_swap_many`]: `value` is written if the
+/// key still holds `seen` (`None`: absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Swap {
+    /// The key, within the namespace.
+    pub key: String,
+    /// What the caller read there.
+    pub seen: Option<Vec<u8>>,
+    /// What to write.
+    pub value: Vec<u8>,
+}
+
+/// The positions of the swaps whose key no longer holds what they saw;
+/// `holds(key, seen)` tells whether it does.
+pub(crate) fn changed_since_seen<E>(
+    swaps: &[Swap],
+    mut holds: impl FnMut(&str, Option<&[u8]>) -> Result<bool, E>,
+) -> Result<Vec<u32>, E> {
+    let mut changed = Vec::new();
+    for (at, swap) in (0u32..).zip(swaps) {
+        if !holds(&swap.key, swap.seen.as_deref())? {
+            changed.push(at);
+        }
+    }
+    Ok(changed)
+}
+
 /// The most keys one `list-keys` page returns; bounds a plugin's single call.
 pub const LIST_PAGE: usize = 1000;
 
@@ -470,6 +497,26 @@ impl Store {
                     .await
             }
             Redis(r) => r.compare_and_swap(&full_key(ns, key), expected, new).await,
+        }
+    }
+
+    /// Writes every swap's value if every key still holds what its swap
+    /// saw, all in one step (one commit on the file); otherwise writes
+    /// nothing. Returns the positions of the swaps whose key changed: empty
+    /// when everything was written.
+    pub async fn compare_and_swap_many(&self, ns: &str, swaps: Vec<Swap>) -> StoreResult<Vec<u32>> {
+        self.owe();
+        let swaps: Vec<Swap> = swaps
+            .into_iter()
+            .map(|swap| Swap {
+                key: full_key(ns, &swap.key),
+                ..swap
+            })
+            .collect();
+        match &self.backend {
+            Memory(m) => Ok(m.compare_and_swap_many(swaps)),
+            Redb(r) => r.compare_and_swap_many(swaps, self.durability).await,
+            Redis(r) => r.compare_and_swap_many(swaps).await,
         }
     }
 

@@ -35,7 +35,10 @@
 //! on disk.
 
 use super::memory::parse_counter;
-use super::{Due, Durability, StoreError, StoreResult, Wake, split_task_ref, task_ref};
+use super::{
+    Due, Durability, StoreError, StoreResult, Swap, Wake, changed_since_seen, split_task_ref,
+    task_ref,
+};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -266,6 +269,7 @@ enum WriteOp {
     Delete(String),
     DeleteMany(Vec<String>),
     Cas(String, Option<Vec<u8>>, Vec<u8>),
+    CasMany(Vec<Swap>),
     Increment(String, i64),
     Schedule(String, Vec<Wake>),
     Unschedule(String, Vec<String>),
@@ -296,6 +300,7 @@ impl WriteOp {
                 keys.insert(key.clone());
             }
             WriteOp::SetMany(pairs) => keys.extend(pairs.iter().map(|(key, _)| key.clone())),
+            WriteOp::CasMany(swaps) => keys.extend(swaps.iter().map(|swap| swap.key.clone())),
             WriteOp::DeleteMany(written) => keys.extend(written.iter().cloned()),
             WriteOp::Schedule(..)
             | WriteOp::Unschedule(..)
@@ -309,6 +314,8 @@ impl WriteOp {
 enum Outcome {
     Done,
     Swapped(bool),
+    /// The positions of the swaps whose key had changed (nothing written).
+    Changed(Vec<u32>),
     Counter(i64),
     Claimed(Vec<Due>),
     Moved(usize),
@@ -539,6 +546,17 @@ impl RedbStore {
         {
             Outcome::Swapped(swapped) => Ok(swapped),
             _ => unreachable!("a CAS answers with Swapped"),
+        }
+    }
+
+    pub async fn compare_and_swap_many(
+        &self,
+        swaps: Vec<Swap>,
+        durability: Durability,
+    ) -> StoreResult<Vec<u32>> {
+        match self.write(WriteOp::CasMany(swaps), durability).await? {
+            Outcome::Changed(changed) => Ok(changed),
+            _ => unreachable!("a CAS of many keys answers with Changed"),
         }
     }
 
@@ -830,6 +848,21 @@ fn apply(txn: &WriteTransaction, op: &WriteOp) -> StoreResult<Outcome> {
                 .insert(key.as_str(), new.as_slice())
                 .map_err(unavailable)?;
             Ok(Outcome::Swapped(true))
+        }
+        WriteOp::CasMany(swaps) => {
+            let mut table = txn.open_table(KV).map_err(unavailable)?;
+            let changed = changed_since_seen(swaps, |key, seen| {
+                let current = table.get(key).map_err(unavailable)?;
+                Ok(current.as_ref().map(|v| v.value()) == seen)
+            })?;
+            if changed.is_empty() {
+                for swap in swaps {
+                    table
+                        .insert(swap.key.as_str(), swap.value.as_slice())
+                        .map_err(unavailable)?;
+                }
+            }
+            Ok(Outcome::Changed(changed))
         }
         WriteOp::Increment(key, delta) => {
             let mut table = txn.open_table(KV).map_err(unavailable)?;

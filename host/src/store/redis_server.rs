@@ -14,7 +14,7 @@
 //! - `settle:due`: the schedule, task ref → due ms;
 //! - `settle:group`: task ref → group.
 
-use super::{Due, StoreError, StoreResult, Wake, split_task_ref, task_ref};
+use super::{Due, StoreError, StoreResult, Swap, Wake, split_task_ref, task_ref};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 use std::time::Duration;
@@ -41,6 +41,28 @@ if not matches then return 0 end
 redis.call('SET', KEYS[1], ARGV[3])
 redis.call('ZADD', KEYS[2], 0, ARGV[4])
 return 1
+"#;
+
+/// CAS's check for many keys, then their writes only if every key holds
+/// what its swap saw: KEYS are each key's value and index keys in turn,
+/// ARGV four for each (flag, expected, new, key). Answers the positions
+/// (from 0) of the keys that changed, empty when all were written.
+const CAS_MANY: &str = r#"
+local changed = {}
+for i = 1, #KEYS / 2 do
+  local current = redis.call('GET', KEYS[2 * i - 1])
+  local at = 4 * (i - 1)
+  local matches
+  if ARGV[at + 1] == '0' then matches = (current == false) else matches = (current == ARGV[at + 2]) end
+  if not matches then table.insert(changed, i - 1) end
+end
+if #changed > 0 then return changed end
+for i = 1, #KEYS / 2 do
+  local at = 4 * (i - 1)
+  redis.call('SET', KEYS[2 * i - 1], ARGV[at + 3])
+  redis.call('ZADD', KEYS[2 * i], 0, ARGV[at + 4])
+end
+return changed
 "#;
 
 /// Takes due tasks and leases them in one step: no two replicas get the same
@@ -78,6 +100,7 @@ pub struct RedisStore {
     client: redis::Client,
     connection: ConnectionManager,
     cas: Script,
+    cas_many: Script,
     claim: Script,
     retry: Script,
     url: String,
@@ -106,6 +129,7 @@ impl RedisStore {
             client,
             connection,
             cas: Script::new(CAS),
+            cas_many: Script::new(CAS_MANY),
             claim: Script::new(CLAIM),
             retry: Script::new(RETRY),
             url: redacted(url),
@@ -256,6 +280,29 @@ impl RedisStore {
             .await
             .map_err(|e| self.fail(e))?;
         Ok(written == 1)
+    }
+
+    pub async fn compare_and_swap_many(&self, swaps: Vec<Swap>) -> StoreResult<Vec<u32>> {
+        if swaps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = self.cas_many.prepare_invoke();
+        for swap in &swaps {
+            invocation
+                .key(value_key(&swap.key))
+                .key(index_key(&swap.key));
+        }
+        for swap in swaps {
+            invocation
+                .arg(if swap.seen.is_some() { "1" } else { "0" })
+                .arg(swap.seen.unwrap_or_default())
+                .arg(swap.value)
+                .arg(swap.key);
+        }
+        invocation
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(|e| self.fail(e))
     }
 
     pub async fn increment(&self, key: &str, delta: i64) -> StoreResult<i64> {

@@ -114,6 +114,64 @@ async fn compare_and_swap_writes_only_over_the_expected_value() {
     }
 }
 
+fn swap(key: &str, seen: Option<&str>, value: &str) -> Swap {
+    Swap {
+        key: key.into(),
+        seen: seen.map(|s| s.as_bytes().to_vec()),
+        value: value.as_bytes().to_vec(),
+    }
+}
+
+#[tokio::test]
+async fn a_swap_of_many_keys_writes_all_of_them_or_none() {
+    for (name, store, _keep) in backends().await {
+        store.set("t", "a", b"1".to_vec()).await.unwrap();
+        let written = store
+            .compare_and_swap_many("t", vec![swap("a", Some("1"), "2"), swap("b", None, "x")])
+            .await
+            .unwrap();
+        assert!(written.is_empty(), "{name}: {written:?}");
+        let (keys, _) = store.list_keys("t", None).await.unwrap();
+        assert_eq!(keys, ["a", "b"], "{name}: a new key is listed");
+
+        // One stale key of three: nothing is written, and it is named.
+        let refused = store
+            .compare_and_swap_many(
+                "t",
+                vec![
+                    swap("a", Some("2"), "3"),
+                    swap("b", None, "y"),
+                    swap("c", None, "z"),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(refused, [1], "{name}");
+        for (key, value) in [("a", Some("2")), ("b", Some("x")), ("c", None)] {
+            assert_eq!(
+                store.get("t", key).await.unwrap(),
+                value.map(|v| v.as_bytes().to_vec()),
+                "{name}: {key} unchanged"
+            );
+        }
+        // The same key in another namespace is another key.
+        let other = store
+            .compare_and_swap_many("u", vec![swap("a", None, "u")])
+            .await
+            .unwrap();
+        assert!(other.is_empty(), "{name}");
+        assert_eq!(store.get("t", "a").await.unwrap(), Some(b"2".to_vec()));
+        assert!(
+            store
+                .compare_and_swap_many("t", Vec::new())
+                .await
+                .unwrap()
+                .is_empty(),
+            "{name}: nothing to swap"
+        );
+    }
+}
+
 #[tokio::test]
 async fn namespaces_do_not_see_each_other() {
     for (name, store, _keep) in backends().await {
