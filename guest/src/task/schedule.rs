@@ -63,13 +63,15 @@ impl TaskRecord {
 }
 
 /// The wait before attempt `n` (from 1) after failures: the poll interval,
-/// doubling with each failure, at most [`MAX_BACKOFF_MS`].
+/// doubling with each failure, at most [`MAX_BACKOFF_MS`] or the poll
+/// interval itself when that is longer: a failing device is never read
+/// more often than a healthy one. (Capped at 30 s whatever the interval,
+/// a poll interval over 30 s made the next grid read underflow to never:
+/// such devices were read once and their tasks waited out their TTL.)
 pub fn backoff(poll_interval_ms: u64, n: u32) -> u64 {
+    let poll = poll_interval_ms.max(1);
     let factor = 1u64 << n.saturating_sub(1).min(10);
-    poll_interval_ms
-        .max(1)
-        .saturating_mul(factor)
-        .min(MAX_BACKOFF_MS)
+    poll.saturating_mul(factor).min(MAX_BACKOFF_MS.max(poll))
 }
 
 /// When to read a device next, given that `failed_streak` reads in a row
@@ -91,7 +93,7 @@ pub fn next_grid_read(
     let poll = poll_interval_ms.max(1);
     let wait = backoff(poll, failed_streak + 1);
     let phase = device_phase(device_id, poll);
-    let earliest = now_ms.saturating_add(wait - poll + 1);
+    let earliest = now_ms.saturating_add(wait.saturating_sub(poll) + 1);
     align_up(earliest.saturating_sub(phase), poll).saturating_add(phase)
 }
 
@@ -142,5 +144,27 @@ mod tests {
             .collect();
         assert!(phases.len() > 90, "devices are spread over the interval");
         assert_eq!(backoff(1_000, 40), MAX_BACKOFF_MS);
+    }
+
+    #[test]
+    fn a_poll_interval_longer_than_the_back_off_cap_reads_every_interval() {
+        let device = "ac-living";
+        let poll = 60_000;
+        assert!(poll > MAX_BACKOFF_MS);
+        let phase = device_phase(device, poll);
+        let on_grid = 10 * poll + phase;
+        assert_eq!(next_grid_read(device, on_grid - 1, poll, 0), on_grid);
+        assert_eq!(
+            next_grid_read(device, on_grid, poll, 0),
+            on_grid + poll,
+            "the next grid point, not never"
+        );
+        assert_eq!(
+            next_grid_read(device, on_grid, poll, 3),
+            on_grid + poll,
+            "failing: no sooner than the interval, no later than the cap allows"
+        );
+        assert_eq!(backoff(poll, 1), poll);
+        assert_eq!(backoff(poll, 40), poll);
     }
 }
