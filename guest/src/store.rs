@@ -229,14 +229,11 @@ impl<'p> Store<'p> {
 
     /// Loads several tasks in one round trip; a missing one is `None`.
     pub fn load_many(&self, ids: &[String]) -> Result<Vec<Option<TaskRecord>>, String> {
-        let keys: Vec<String> = ids.iter().map(|id| task_key(id)).collect();
-        self.platform
-            .kv()
-            .get_many(&keys)?
+        Ok(self
+            .load_many_for_update(ids)?
             .into_iter()
-            .zip(&keys)
-            .map(|(bytes, key)| bytes.map(|b| decode(key, &b)).transpose())
-            .collect()
+            .map(|loaded| loaded.map(|loaded| loaded.record))
+            .collect())
     }
 
     /// Stores a new task, scheduled. The runner puts it on disk before
