@@ -113,6 +113,15 @@ pub type TaskChange<'c> = Box<dyn FnMut(&mut TaskRecord) -> bool + 'c>;
 /// tasks still contended are updated one by one.
 const MAX_SWAP_ROUNDS: usize = 3;
 
+/// Rounds of [`Store::create_admitted`] and [`Store::update_device_and_task`]
+/// before they give up on a device whose model keeps changing, as many as
+/// a single compare-and-swap gets.
+const MAX_ATTEMPTS: usize = 16;
+
+fn gave_up(key: &str) -> String {
+    format!("store: {key} kept changing; gave up after {MAX_ATTEMPTS} attempts")
+}
+
 /// A change applied to a task in memory, to be written.
 enum Applied {
     /// `change` changed nothing.
@@ -471,21 +480,144 @@ impl<'p> Store<'p> {
         let mut fallback = None;
         let key = model_key(device_id);
         cas_update(self.platform.kv(), &key, |current| {
-            let mut model = match current {
-                Some(bytes) => decode_model(device_id, bytes)?,
-                None => match &fallback {
-                    Some(model) => DeviceModel::clone(model),
-                    None => {
-                        let model = self.migrated(device_id)?;
-                        fallback = Some(model.clone());
-                        model
-                    }
-                },
-            };
+            let mut model = self.model_from(device_id, current, &mut fallback)?;
             let out = change(&mut model);
-            let bytes = serde_json::to_vec(&model).expect("device models serialize");
-            Ok(CasUpdate::Write(bytes, out))
+            Ok(CasUpdate::Write(encode_model(&model), out))
         })
+    }
+
+    /// The model stored as `current`, or for a device with none yet, the
+    /// one an earlier plugin version left ([`Store::migrated`]), read once
+    /// into `fallback` however many times a compare-and-swap runs again.
+    fn model_from(
+        &self,
+        device_id: &str,
+        current: Option<&[u8]>,
+        fallback: &mut Option<DeviceModel>,
+    ) -> Result<DeviceModel, String> {
+        match (current, fallback.as_ref()) {
+            (Some(bytes), _) => decode_model(device_id, bytes),
+            (None, Some(model)) => Ok(model.clone()),
+            (None, None) => {
+                let model = self.migrated(device_id)?;
+                *fallback = Some(model.clone());
+                Ok(model)
+            }
+        }
+    }
+
+    /// Stores a new task together with the change to its device's model
+    /// that admits it (the command counted against the device's rate
+    /// limit), in one [`Kv::swap_many`]: one commit where two
+    /// compare-and-swaps took one each. `admit` decides on the model as read;
+    /// when it refuses, nothing is written and its refusal is returned.
+    /// When another writer changed the model first, `admit` decides again
+    /// on the fresh one.
+    ///
+    /// As in [`Store::create`], the task's first wake is written before
+    /// the record, so a crash between the two leaves a wake with no record
+    /// (dropped when it comes), never a record nothing wakes.
+    ///
+    /// [`Kv::swap_many`]: crate::platform::Kv::swap_many
+    pub fn create_admitted<E>(
+        &self,
+        record: &TaskRecord,
+        first_wake_ms: u64,
+        mut admit: impl FnMut(&mut DeviceModel) -> Result<(), E>,
+    ) -> Result<Result<(), E>, String> {
+        let device_id = &record.device_id;
+        let keys = [model_key(device_id), task_key(&record.id)];
+        let task = encode(record);
+        let mut fallback = None;
+        let mut scheduled = false;
+        for _ in 0..MAX_ATTEMPTS {
+            let seen = self.platform.kv().get(&keys[0])?;
+            let mut model = self.model_from(device_id, seen.as_deref(), &mut fallback)?;
+            if let Err(refused) = admit(&mut model) {
+                if scheduled {
+                    self.platform.unschedule(std::slice::from_ref(&record.id))?;
+                }
+                return Ok(Err(refused));
+            }
+            if !scheduled {
+                schedule_one(self.platform, &record.id, device_id, first_wake_ms)?;
+                scheduled = true;
+            }
+            let swaps = vec![
+                Swap {
+                    key: keys[0].clone(),
+                    seen,
+                    value: encode_model(&model),
+                },
+                Swap {
+                    key: keys[1].clone(),
+                    seen: None,
+                    value: task.clone(),
+                },
+            ];
+            let changed = self.platform.kv().swap_many(swaps)?;
+            if changed.contains(&1) {
+                return Err(format!("store: task id {} already exists", record.id));
+            }
+            if changed.is_empty() {
+                return Ok(Ok(()));
+            }
+        }
+        Err(gave_up(&keys[0]))
+    }
+
+    /// Changes a device's model and one of its tasks in one
+    /// [`Kv::swap_many`]: a command the API took joins its device's
+    /// timeline and its task records the send in one commit, so neither is
+    /// ever on disk without the other, and the call waits for one commit
+    /// instead of two. `task_change` runs after `model_change` on the same
+    /// round and sees what it returned. Both run again, on fresh records,
+    /// when another writer changed either first. The task's change is
+    /// published and rescheduled as [`Store::update`] does. `None`: there
+    /// is no such task, and nothing was written.
+    ///
+    /// [`Kv::swap_many`]: crate::platform::Kv::swap_many
+    pub fn update_device_and_task<T>(
+        &self,
+        device_id: &str,
+        task_id: &str,
+        now_ms: u64,
+        mut model_change: impl FnMut(&mut DeviceModel) -> T,
+        mut task_change: impl FnMut(&T, &mut TaskRecord) -> bool,
+    ) -> Result<Option<(T, TaskRecord)>, String> {
+        let keys = [model_key(device_id), task_key(task_id)];
+        let mut fallback = None;
+        for _ in 0..MAX_ATTEMPTS {
+            let mut seen = self.platform.kv().get_many(&keys)?.into_iter();
+            let (seen_model, seen_task) = (seen.next().flatten(), seen.next().flatten());
+            let Some(seen_task) = seen_task else {
+                return Ok(None);
+            };
+            let mut model = self.model_from(device_id, seen_model.as_deref(), &mut fallback)?;
+            let out = model_change(&mut model);
+            let mut applied = apply(decode(&keys[1], &seen_task)?, &mut |t: &mut TaskRecord| {
+                task_change(&out, t)
+            });
+            let mut swaps = vec![Swap {
+                key: keys[0].clone(),
+                seen: seen_model,
+                value: encode_model(&model),
+            }];
+            if matches!(applied, Applied::Changed { .. }) {
+                swaps.push(Swap {
+                    key: keys[1].clone(),
+                    seen: Some(seen_task),
+                    value: applied.take_bytes(),
+                });
+            }
+            if self.platform.kv().swap_many(swaps)?.is_empty() {
+                let mut after = Aftermath::default();
+                let (record, _) = self.stored(applied, now_ms, &mut after);
+                self.finish(after)?;
+                return Ok(Some((out, record)));
+            }
+        }
+        Err(gave_up(&keys[0]))
     }
 
     /// A device as an earlier plugin version left it: its waiting tasks and
@@ -580,6 +712,10 @@ impl<'p> Store<'p> {
     }
 }
 
+fn encode_model(model: &DeviceModel) -> Vec<u8> {
+    serde_json::to_vec(model).expect("device models serialize")
+}
+
 fn decode_model(device_id: &str, bytes: &[u8]) -> Result<DeviceModel, String> {
     serde_json::from_slice(bytes)
         .map_err(|e| format!("store: the model of {device_id} is unreadable: {e}"))
@@ -670,6 +806,113 @@ mod tests {
         assert_eq!(told, ["t1", "t3"]);
         let ended: Vec<&str> = after.ended.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ended, ["t1", "t3"]);
+    }
+
+    /// A model whose rate window holds commands sent at `at`.
+    fn model_with_commands(at: &[u64]) -> Vec<u8> {
+        encode_model(&DeviceModel {
+            recent_commands: at.to_vec(),
+            ..DeviceModel::default()
+        })
+    }
+
+    #[test]
+    fn a_task_is_stored_with_its_admission_in_one_write_or_not_at_all() {
+        use crate::platform::memory::MemoryPlatform;
+        let platform = MemoryPlatform::new(1_000, &[]);
+        let store = Store::new(&platform);
+        let task =
+            |id: &str| TaskRecord::new(id.into(), "set_power", "ac-1", vec![], timing(), 1_000);
+        let admit =
+            |limit: u32| move |m: &mut DeviceModel| m.admit_command(1_000, limit, &BTreeMap::new());
+
+        // Another writer counts a command just before the write: admission
+        // is decided again on its model, and counts both.
+        platform.race_next_swap("device/ac-1/model", model_with_commands(&[900]));
+        assert_eq!(
+            store.create_admitted(&task("t1"), 5_000, admit(2)).unwrap(),
+            Ok(())
+        );
+        assert_eq!(store.device("ac-1").unwrap().recent_commands, [900, 1_000]);
+        assert_eq!(store.load("t1").unwrap().unwrap(), task("t1"));
+        let woken: Vec<String> = platform.wakes().into_iter().map(|w| w.task_id).collect();
+        assert_eq!(woken, ["t1"]);
+
+        // Over the limit: no record, no wake, the model as it was.
+        let refused = store.create_admitted(&task("t2"), 5_000, admit(2)).unwrap();
+        assert_eq!(refused, Err(59_900));
+        assert_eq!(store.load("t2").unwrap(), None);
+        assert_eq!(store.device("ac-1").unwrap().recent_commands, [900, 1_000]);
+
+        // Admitted on the model as read, refused on the fresh one: the wake
+        // written for it is taken back.
+        platform.race_next_swap("device/ac-1/model", model_with_commands(&[700, 800, 900]));
+        let refused = store.create_admitted(&task("t3"), 5_000, admit(3)).unwrap();
+        assert_eq!(refused, Err(59_700));
+        assert_eq!(store.load("t3").unwrap(), None);
+        let woken: Vec<String> = platform.wakes().into_iter().map(|w| w.task_id).collect();
+        assert_eq!(woken, ["t1"]);
+
+        // An id taken already is an error, and the record stays as it was.
+        let mut again = task("t1");
+        again.tool = "set_fan".into();
+        let err = store.create_admitted(&again, 5_000, admit(0)).unwrap_err();
+        assert_eq!(err, "store: task id t1 already exists");
+        assert_eq!(store.load("t1").unwrap().unwrap(), task("t1"));
+    }
+
+    #[test]
+    fn a_device_and_its_task_change_together_and_again_on_fresh_records() {
+        use crate::platform::memory::MemoryPlatform;
+        let platform = MemoryPlatform::new(1_000, &[]);
+        let store = Store::new(&platform);
+        let record = TaskRecord::new("t1".into(), "set_power", "ac-1", vec![], timing(), 1_000);
+        store.create(&record, 5_000).unwrap();
+        platform.take_changes();
+        let count_a_read = |m: &mut DeviceModel| {
+            m.reads += 1;
+            m.reads
+        };
+
+        // Both written, and the task's change sees the model's outcome.
+        let (reads, stored) = store
+            .update_device_and_task("ac-1", "t1", 2_000, count_a_read, |reads, t| {
+                assert_eq!(*reads, 1);
+                t.cancel(2_000)
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!((reads, stored.status), (1, Status::Cancelled));
+        assert_eq!(store.load("t1").unwrap().unwrap(), stored);
+        assert_eq!(store.device("ac-1").unwrap().reads, 1);
+        let told: Vec<String> = platform.take_changes().into_iter().map(|t| t.id).collect();
+        assert_eq!(told, ["t1"]);
+
+        // Another writer changes the task first: nothing of the first round
+        // is written, and both changes run again on the fresh records.
+        let record = TaskRecord::new("t2".into(), "set_power", "ac-1", vec![], timing(), 1_000);
+        store.create(&record, 5_000).unwrap();
+        let mut raced = record.clone();
+        assert!(raced.cancel(1_500));
+        platform.race_next_swap("task/t2", encode(&raced));
+        platform.take_changes();
+        let (reads, stored) = store
+            .update_device_and_task("ac-1", "t2", 2_000, count_a_read, |_, t| t.cancel(2_000))
+            .unwrap()
+            .unwrap();
+        assert_eq!((reads, stored), (2, raced));
+        assert_eq!(store.device("ac-1").unwrap().reads, 2);
+        assert!(
+            platform.take_changes().is_empty(),
+            "the other writer's change is not ours"
+        );
+
+        // No such task: nothing written.
+        let outcome = store
+            .update_device_and_task("ac-2", "t9", 2_000, count_a_read, |_, _| true)
+            .unwrap();
+        assert!(outcome.is_none());
+        assert!(!platform.keys().iter().any(|k| k.starts_with("device/ac-2")));
     }
 
     #[test]

@@ -9,15 +9,16 @@
 
 use super::{Caller, Context, Failure, Output};
 use crate::audit::{self, Entry, Outcome};
-use crate::device::Commanded;
+use crate::device::{Commanded, DeviceModel, Recorded, Waiter};
 use crate::driver::{DriverError, Reading};
 use crate::gate::{self, Readability, Rules};
 use crate::model::{Field, Value};
 use crate::platform::schedule_one;
 use crate::question::{self, Question, QuestionKind, Reply};
 use crate::store::device_wake_id;
-use crate::task::{FieldState, Standing, TaskRecord, Verdict, next_grid_read};
+use crate::task::{FieldState, Standing, TaskRecord, Timing, Verdict, next_grid_read};
 use serde_json::{Value as Json, json};
+use std::collections::BTreeMap;
 
 /// A command as a tool parsed it from its arguments.
 pub struct Command<'a> {
@@ -145,10 +146,14 @@ pub fn run(
     // If the runner stops before the send below is recorded, this wake lets
     // the scheduler re-send (commands are absolute, so that is safe). It
     // lies past the send's own timeout so it never races a send in flight.
-    admit(ctx, &record)?;
+    let limit = ctx.settings.max_commands_per_minute;
+    let values = sent_values(&record);
     ctx.store
-        .create(&record, recovery_wake(ctx, now))
-        .map_err(Failure::Internal)?;
+        .create_admitted(&record, recovery_wake(ctx, now), |model| {
+            model.admit_command(now, limit, &values)
+        })
+        .map_err(Failure::Internal)?
+        .map_err(|wait_ms| rate_limited(&record.device_id, limit, wait_ms))?;
     record = send_and_record(ctx, &record)?;
     Ok(Output::Task(Box::new(record)))
 }
@@ -245,19 +250,20 @@ pub fn send_and_record(ctx: &Context<'_>, record: &TaskRecord) -> Result<TaskRec
         Ok(_) | Err(DriverError::Unreachable(_)) => None,
         Err(e) => Some(e.to_string()),
     };
-    let (seq, usually) = match &sent {
-        Ok(_) => join_timeline(ctx, record, now)?,
-        Err(_) => (0, None),
+    let stored = match &sent {
+        Ok(accepted) => join_timeline(ctx, record, now, &accepted.request_id)?,
+        Err(why) => {
+            let (stored, _) = ctx
+                .store
+                .update(&record.id, now, |t| match why {
+                    DriverError::Unreachable(why) => t.retry_send_later(now, why),
+                    refusal => t.mark_not_sent(now, &refusal.to_string()),
+                })
+                .map_err(Failure::Internal)?
+                .ok_or_else(|| vanished(record))?;
+            stored
+        }
     };
-    let (stored, _) = ctx
-        .store
-        .update(&record.id, now, |t| match &sent {
-            Ok(accepted) => t.mark_sent(now, accepted.request_id.clone(), seq, usually),
-            Err(DriverError::Unreachable(why)) => t.retry_send_later(now, why),
-            Err(e) => t.mark_not_sent(now, &e.to_string()),
-        })
-        .map_err(Failure::Internal)?
-        .ok_or_else(|| Failure::Internal(format!("task {} vanished while sending", record.id)))?;
     match refused {
         Some(why) => Err(Failure::Tool(format!("{why}; the command was not applied"))),
         None => Ok(stored),
@@ -269,22 +275,35 @@ pub fn send_and_record(ctx: &Context<'_>, record: &TaskRecord) -> Result<TaskRec
 fn admit(ctx: &Context<'_>, record: &TaskRecord) -> Result<(), Failure> {
     let now = ctx.now_ms();
     let limit = ctx.settings.max_commands_per_minute;
-    let values = record
-        .fields
-        .iter()
-        .map(|f| (f.field, f.sent.clone()))
-        .collect();
+    let values = sent_values(record);
     let admitted = ctx
         .store
         .update_device(&record.device_id, |m| m.admit_command(now, limit, &values))
         .map_err(Failure::Internal)?;
-    admitted.map_err(|wait_ms| {
-        Failure::Tool(format!(
-            "{} has taken {limit} commands in the last minute, the most it takes (max_commands_per_minute); nothing was sent. The next one may be sent in {} s",
-            record.device_id,
-            wait_ms.div_ceil(1000)
-        ))
-    })
+    admitted.map_err(|wait_ms| rate_limited(&record.device_id, limit, wait_ms))
+}
+
+/// The values a task's command sends, by field.
+fn sent_values(record: &TaskRecord) -> BTreeMap<Field, Value> {
+    record
+        .fields
+        .iter()
+        .map(|f| (f.field, f.sent.clone()))
+        .collect()
+}
+
+/// Why a command over its device's rate limit was not sent, and when the
+/// next may go.
+fn rate_limited(device_id: &str, limit: u32, wait_ms: u64) -> Failure {
+    Failure::Tool(format!(
+        "{device_id} has taken {limit} commands in the last minute, the most it takes (max_commands_per_minute); nothing was sent. The next one may be sent in {} s",
+        wait_ms.div_ceil(1000)
+    ))
+}
+
+/// A task gone from the store while its command was being sent.
+fn vanished(record: &TaskRecord) -> Failure {
+    Failure::Internal(format!("task {} vanished while sending", record.id))
 }
 
 /// Sends a command that waited for a person (a confirmation, or "send it
@@ -336,13 +355,15 @@ pub fn send_after_answer(ctx: &Context<'_>, record: &TaskRecord) -> Result<TaskR
 /// Records a command the API just took in its device's timeline, with the
 /// task waiting on the device's reads; ends the earlier tasks it supersedes,
 /// and makes sure the device's tick comes in time for the first read this
-/// command needs. Returns the command's place in the timeline, and how long
-/// the device usually takes, if that is known.
+/// command needs. The task records the send (its place in the timeline,
+/// and how long the device usually takes, if that is known) in the same
+/// commit as the device's model; returns the task as stored.
 fn join_timeline(
     ctx: &Context<'_>,
     record: &TaskRecord,
     now: u64,
-) -> Result<(u64, Option<u64>), Failure> {
+    request_id: &Option<String>,
+) -> Result<TaskRecord, Failure> {
     let command: Vec<Commanded> = record
         .fields
         .iter()
@@ -355,70 +376,104 @@ fn join_timeline(
         .collect();
     let timing = &ctx.settings.timing;
     let device_id = &record.device_id;
-    let (recorded, reschedule, usually) = ctx
+    let (joined, stored) = ctx
         .store
-        .update_device(device_id, |model| {
-            let recorded = model.record_send(&record.id, &command, now, timing);
-            let horizons = model.horizons(record.fields.iter().map(|f| f.field), now, timing);
-            let grid = next_grid_read(device_id, now, timing.poll_interval_ms, 0);
-            // A command whose values the device already shows, with no
-            // earlier command left that could change them, is looked at on
-            // the next read: an unchanged reading would otherwise pass it
-            // by until its patience ran out (the device's whole delay).
-            let shown_already = record.fields.iter().all(|f| {
-                model.standing(f.field, &f.sent, recorded.seq, now, now, timing) == Standing::Landed
-            });
-            let check_at = if shown_already {
-                grid
-            } else {
-                // Shown, but an earlier command for another value may
-                // still land: looked at when that one's time runs out.
-                let unblocked_at = model.unblocked_at(
-                    record.fields.iter().map(|f| (f.field, &f.sent)),
-                    recorded.seq,
-                    now,
-                    timing,
-                );
-                horizons.patience_at.min(unblocked_at.unwrap_or(u64::MAX))
-            }
-            .min(record.deadline_ms());
-            let base = model.reads;
-            model.waiting.insert(
-                record.id.clone(),
-                crate::device::Waiter {
-                    check_at,
-                    base,
-                    deadline: record.deadline_ms(),
-                },
-            );
-            let read_at = model.next_read_ms(now, timing, grid).min(check_at);
-            let reschedule = match model.wake_at {
-                Some(at) if at > now && at <= read_at => None,
-                _ => {
-                    model.wake_at = Some(read_at);
-                    Some(read_at)
-                }
-            };
-            (recorded, reschedule, horizons.typical_ms)
-        })
-        .map_err(Failure::Internal)?;
+        .update_device_and_task(
+            device_id,
+            &record.id,
+            now,
+            |model| join(model, record, &command, now, timing),
+            |joined, task| {
+                task.mark_sent(now, request_id.clone(), joined.recorded.seq, joined.usually)
+            },
+        )
+        .map_err(Failure::Internal)?
+        .ok_or_else(|| vanished(record))?;
     // The task's own wake (the recovery wake of its send) is no longer
     // needed: the device's tick looks after it now. The device's wake is
     // written first, so a crash between the two leaves a wake too many
     // (harmless), never none.
-    if let Some(at) = reschedule {
+    if let Some(at) = joined.reschedule {
         schedule_one(ctx.platform, &device_wake_id(device_id), device_id, at)
             .map_err(Failure::Internal)?;
     }
     ctx.platform
         .unschedule(std::slice::from_ref(&record.id))
         .map_err(Failure::Internal)?;
-    for old in &recorded.superseded {
+    for old in &joined.recorded.superseded {
         ctx.store
             .update(old, now, |t| t.supersede(now, &record.id))
             .map_err(Failure::Internal)?;
     }
-    Ok((recorded.seq, usually))
+    Ok(stored)
+}
+
+/// What a command joining its device's timeline did to the model.
+struct Joined {
+    /// Its place in the timeline, and the earlier tasks it supersedes.
+    recorded: Recorded,
+    /// When the device's tick must now come, if sooner than planned.
+    reschedule: Option<u64>,
+    /// How long the device usually takes to apply it, if that is known.
+    usually: Option<u64>,
+}
+
+/// Records `record`'s send in the device's model, with the task waiting on
+/// the device's reads, and plans the read that looks at it first.
+fn join(
+    model: &mut DeviceModel,
+    record: &TaskRecord,
+    command: &[Commanded],
+    now: u64,
+    timing: &Timing,
+) -> Joined {
+    let device_id = &record.device_id;
+    let recorded = model.record_send(&record.id, command, now, timing);
+    let horizons = model.horizons(record.fields.iter().map(|f| f.field), now, timing);
+    let grid = next_grid_read(device_id, now, timing.poll_interval_ms, 0);
+    // A command whose values the device already shows, with no earlier
+    // command left that could change them, is looked at on the next read:
+    // an unchanged reading would otherwise pass it by until its patience
+    // ran out (the device's whole delay).
+    let shown_already = record.fields.iter().all(|f| {
+        model.standing(f.field, &f.sent, recorded.seq, now, now, timing) == Standing::Landed
+    });
+    let check_at = if shown_already {
+        grid
+    } else {
+        // Shown, but an earlier command for another value may still land:
+        // looked at when that one's time runs out.
+        let unblocked_at = model.unblocked_at(
+            record.fields.iter().map(|f| (f.field, &f.sent)),
+            recorded.seq,
+            now,
+            timing,
+        );
+        horizons.patience_at.min(unblocked_at.unwrap_or(u64::MAX))
+    }
+    .min(record.deadline_ms());
+    let base = model.reads;
+    model.waiting.insert(
+        record.id.clone(),
+        Waiter {
+            check_at,
+            base,
+            deadline: record.deadline_ms(),
+        },
+    );
+    let read_at = model.next_read_ms(now, timing, grid).min(check_at);
+    let reschedule = match model.wake_at {
+        Some(at) if at > now && at <= read_at => None,
+        _ => {
+            model.wake_at = Some(read_at);
+            Some(read_at)
+        }
+    };
+    Joined {
+        recorded,
+        reschedule,
+        usually: horizons.typical_ms,
+    }
 }
 
 /// Checks each value against what the device accepts. Every problem is
