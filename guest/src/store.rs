@@ -11,7 +11,9 @@
 use crate::device::{DeviceModel, Waiter, state_digest};
 use crate::driver::Reading;
 use crate::model::{Field, Value};
-use crate::platform::{CasUpdate, Platform, Swap, Wake, cas_update, schedule_one};
+use crate::platform::{
+    CasUpdate, MAX_CAS_ATTEMPTS, Platform, Swap, Wake, cas_gave_up, cas_update, schedule_one,
+};
 use crate::task::{RECORD_FORMAT, TaskRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -112,15 +114,6 @@ pub type TaskChange<'c> = Box<dyn FnMut(&mut TaskRecord) -> bool + 'c>;
 /// Rounds of [`Store::update_many_deferred`]'s write together before the
 /// tasks still contended are updated one by one.
 const MAX_SWAP_ROUNDS: usize = 3;
-
-/// Rounds of [`Store::create_admitted`] and [`Store::update_device_and_task`]
-/// before they give up on a device whose model keeps changing, as many as
-/// a single compare-and-swap gets.
-const MAX_ATTEMPTS: usize = 16;
-
-fn gave_up(key: &str) -> String {
-    format!("store: {key} kept changing; gave up after {MAX_ATTEMPTS} attempts")
-}
 
 /// A change applied to a task in memory, to be written.
 enum Applied {
@@ -530,7 +523,7 @@ impl<'p> Store<'p> {
         let task = encode(record);
         let mut fallback = None;
         let mut scheduled = false;
-        for _ in 0..MAX_ATTEMPTS {
+        for _ in 0..MAX_CAS_ATTEMPTS {
             let seen = self.platform.kv().get(&keys[0])?;
             let mut model = self.model_from(device_id, seen.as_deref(), &mut fallback)?;
             if let Err(refused) = admit(&mut model) {
@@ -563,7 +556,7 @@ impl<'p> Store<'p> {
                 return Ok(Ok(()));
             }
         }
-        Err(gave_up(&keys[0]))
+        Err(cas_gave_up(&keys[0]))
     }
 
     /// Changes a device's model and one of its tasks in one
@@ -587,7 +580,7 @@ impl<'p> Store<'p> {
     ) -> Result<Option<(T, TaskRecord)>, String> {
         let keys = [model_key(device_id), task_key(task_id)];
         let mut fallback = None;
-        for _ in 0..MAX_ATTEMPTS {
+        for _ in 0..MAX_CAS_ATTEMPTS {
             let mut seen = self.platform.kv().get_many(&keys)?.into_iter();
             let (seen_model, seen_task) = (seen.next().flatten(), seen.next().flatten());
             let Some(seen_task) = seen_task else {
@@ -617,7 +610,7 @@ impl<'p> Store<'p> {
                 return Ok(Some((out, record)));
             }
         }
-        Err(gave_up(&keys[0]))
+        Err(cas_gave_up(&keys[0]))
     }
 
     /// A device as an earlier plugin version left it: its waiting tasks and

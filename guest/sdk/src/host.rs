@@ -145,8 +145,14 @@ pub struct Kv {
 
 /// Attempts at a compare-and-swap before giving up: a write loses the race
 /// only to another write of the same key, so this bounds a pathological loop,
-/// not a normal one.
-const MAX_CAS_ATTEMPTS: usize = 16;
+/// not a normal one. Public so that a plugin's own read-decide-swap loops
+/// (over [`Kv::swap_many`]) give up where a single compare-and-swap does.
+pub const MAX_CAS_ATTEMPTS: usize = 16;
+
+/// The error of a compare-and-swap loop on `key` that ran out of attempts.
+pub fn cas_gave_up(key: &str) -> String {
+    format!("store: {key} kept changing; gave up after {MAX_CAS_ATTEMPTS} attempts")
+}
 
 /// What a compare-and-swap update wants to do with the current value.
 pub enum CasUpdate<T> {
@@ -215,9 +221,7 @@ impl Kv {
                 },
             }
         }
-        Err(format!(
-            "store: {key} kept changing; gave up after {MAX_CAS_ATTEMPTS} attempts"
-        ))
+        Err(cas_gave_up(key))
     }
 }
 

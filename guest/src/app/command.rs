@@ -146,14 +146,9 @@ pub fn run(
     // If the runner stops before the send below is recorded, this wake lets
     // the scheduler re-send (commands are absolute, so that is safe). It
     // lies past the send's own timeout so it never races a send in flight.
-    let limit = ctx.settings.max_commands_per_minute;
-    let values = sent_values(&record);
     ctx.store
-        .create_admitted(&record, recovery_wake(ctx, now), |model| {
-            model.admit_command(now, limit, &values)
-        })
-        .map_err(Failure::Internal)?
-        .map_err(|wait_ms| rate_limited(&record.device_id, limit, wait_ms))?;
+        .create_admitted(&record, recovery_wake(ctx, now), admission(ctx, &record))
+        .map_err(Failure::Internal)??;
     record = send_and_record(ctx, &record)?;
     Ok(Output::Task(Box::new(record)))
 }
@@ -273,23 +268,30 @@ pub fn send_and_record(ctx: &Context<'_>, record: &TaskRecord) -> Result<TaskRec
 /// Counts a command against its device's rate limit (`max_commands_per_
 /// minute`), or refuses it, saying when the next may go; nothing is sent.
 fn admit(ctx: &Context<'_>, record: &TaskRecord) -> Result<(), Failure> {
-    let now = ctx.now_ms();
-    let limit = ctx.settings.max_commands_per_minute;
-    let values = sent_values(record);
-    let admitted = ctx
-        .store
-        .update_device(&record.device_id, |m| m.admit_command(now, limit, &values))
-        .map_err(Failure::Internal)?;
-    admitted.map_err(|wait_ms| rate_limited(&record.device_id, limit, wait_ms))
+    ctx.store
+        .update_device(&record.device_id, admission(ctx, record))
+        .map_err(Failure::Internal)?
 }
 
-/// The values a task's command sends, by field.
-fn sent_values(record: &TaskRecord) -> BTreeMap<Field, Value> {
-    record
+/// The change to a device's model that admits `record`'s command under
+/// its rate limit, or the refusal: [`admit`] applies it on its own, a new
+/// task's creation in the same commit as the task.
+fn admission<'r>(
+    ctx: &Context<'_>,
+    record: &'r TaskRecord,
+) -> impl FnMut(&mut DeviceModel) -> Result<(), Failure> + 'r {
+    let now = ctx.now_ms();
+    let limit = ctx.settings.max_commands_per_minute;
+    let values: BTreeMap<Field, Value> = record
         .fields
         .iter()
         .map(|f| (f.field, f.sent.clone()))
-        .collect()
+        .collect();
+    move |model| {
+        model
+            .admit_command(now, limit, &values)
+            .map_err(|wait_ms| rate_limited(&record.device_id, limit, wait_ms))
+    }
 }
 
 /// Why a command over its device's rate limit was not sent, and when the

@@ -14,6 +14,11 @@ pub mod wasi;
 
 use crate::task::TaskRecord;
 
+/// A single compare-and-swap's attempts and its give-up error, as the SDK
+/// defines them: the store's loops over [`Kv::swap_many`] give up at the
+/// same point with the same words.
+pub use settle_plugin_sdk::host::{MAX_CAS_ATTEMPTS, cas_gave_up};
+
 /// A key-value bucket with compare-and-swap: the tenant's namespace in the
 /// runner's store.
 pub trait Kv {
