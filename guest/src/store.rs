@@ -566,8 +566,11 @@ impl<'p> Store<'p> {
     /// instead of two. `task_change` runs after `model_change` on the same
     /// round and sees what it returned. Both run again, on fresh records,
     /// when another writer changed either first. The task's change is
-    /// published and rescheduled as [`Store::update`] does. `None`: there
-    /// is no such task, and nothing was written.
+    /// published and rescheduled as [`Store::update`] does. When
+    /// `task_change` changes nothing, only the model is swapped, and a task
+    /// another writer changes meanwhile does not send it round again: so
+    /// `model_change` must not depend on the task's stored fields. `None`:
+    /// there is no such task, and nothing was written.
     ///
     /// [`Kv::swap_many`]: crate::platform::Kv::swap_many
     pub fn update_device_and_task<T>(
