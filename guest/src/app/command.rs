@@ -15,7 +15,7 @@ use crate::gate::{self, Readability, Rules};
 use crate::model::{Field, Value};
 use crate::platform::schedule_one;
 use crate::question::{self, Question, QuestionKind, Reply};
-use crate::store::device_wake_id;
+use crate::store::{clustered_task_id, device_wake_id};
 use crate::task::{FieldState, Standing, TaskRecord, Timing, Verdict, next_grid_read};
 use serde_json::{Value as Json, json};
 use std::collections::BTreeMap;
@@ -122,7 +122,7 @@ pub fn run(
         .collect();
     let now = ctx.now_ms();
     let mut record = TaskRecord::new(
-        ctx.platform.random_id(),
+        clustered_task_id(device_id, &ctx.platform.random_id()),
         tool,
         device_id,
         states,
