@@ -41,6 +41,7 @@ pub fn clustered_task_id(device_id: &str, random: &str) -> String {
     let hash = device_id.bytes().fold(0x811c_9dc5_u32, |h, b| {
         (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
     });
+    // The hash's top 16 bits: CLUSTER_DIGITS (4) hex digits.
     let cluster = format!("{:04x}", hash >> 16);
     format!("{cluster}{}", &random[CLUSTER_DIGITS..])
 }
