@@ -40,6 +40,7 @@ pub mod platform;
 pub mod question;
 pub mod resources;
 pub mod settings;
+pub mod stable_hash;
 pub mod store;
 pub mod task;
 pub mod tools;

@@ -120,12 +120,7 @@ pub fn read_reply(kind: QuestionKind, result: &Json) -> Reply {
 /// retry must carry the digest of the command that was confirmed, so an
 /// answer cannot be replayed onto a different command.
 pub fn digest(text: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    format!("{:016x}", crate::stable_hash::fnv1a(text))
 }
 
 #[cfg(test)]

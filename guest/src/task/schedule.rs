@@ -100,12 +100,7 @@ pub fn next_grid_read(
 /// A stable offset in `0..poll` for a device (FNV-1a of its id), the same
 /// in every process and across restarts.
 fn device_phase(device_id: &str, poll: u64) -> u64 {
-    let hash = device_id
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
-    hash % poll.max(1)
+    crate::stable_hash::fnv1a(device_id) % poll.max(1)
 }
 
 /// `t` rounded up to a multiple of `step`.
