@@ -527,6 +527,13 @@ async fn main() -> anyhow::Result<()> {
         })
     };
 
+    // On Redis, hear the replicas' change notices as a follower on a third
+    // process would, and time each task's end from its change to here.
+    let relay = match args.store.as_str() {
+        "redis" => Some(RelayLag::follow(&store).await?),
+        _ => None,
+    };
+
     // Create the first 10,000 tasks, measure tasks/get while nothing else
     // is being created, then create the rest.
     let mut ids = vec![String::new(); args.tasks];
@@ -627,6 +634,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let stats = sim_stats(&reqwest::Client::new(), &api).await?;
     sampler.abort();
+    let relay = relay.map(RelayLag::stop);
     let peak = peak.lock().unwrap().clone();
     let hwm: Vec<u64> = pids.iter().map(|p| rss_kib(*p, "VmHWM:")).collect();
     let stopping = Instant::now();
@@ -671,6 +679,9 @@ async fn main() -> anyhow::Result<()> {
             hwm[i] as f64 / 1024.0,
             hwm[i] as f64 / (args.tasks as f64 / pids.len() as f64)
         );
+    }
+    if let Some(heard) = relay {
+        report_relay_lags(relay_lags(&heard, &records), args.tasks);
     }
     println!(
         "  SIGTERM to every runner stopped: {:.1} s",
@@ -997,4 +1008,96 @@ async fn redis_memory(url: &str) -> anyhow::Result<u64> {
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0))
+}
+
+/// A message heard on the relay's channel: (ms since the epoch, its bytes).
+type Heard = (u64, Vec<u8>);
+
+/// The replicas' change notices as they relay them to each other (Redis
+/// pub/sub), heard by a subscriber of this process, as another replica
+/// would hear them. It only keeps what it hears, with the time, and reads
+/// it after the run, so that it never falls behind (Redis drops a
+/// subscriber that lets 32 MB wait for it).
+struct RelayLag {
+    heard: Arc<std::sync::Mutex<Vec<Heard>>>,
+    listening: tokio::task::JoinHandle<()>,
+}
+
+impl RelayLag {
+    async fn follow(url: &str) -> anyhow::Result<RelayLag> {
+        use futures::StreamExt;
+        let client = redis::Client::open(url)?;
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe("settle:events").await?;
+        let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = heard.clone();
+        let listening = tokio::spawn(async move {
+            let mut messages = pubsub.on_message();
+            while let Some(message) = messages.next().await {
+                let at = unix_ms();
+                keep.lock()
+                    .unwrap()
+                    .push((at, message.get_payload_bytes().to_vec()));
+            }
+        });
+        Ok(RelayLag { heard, listening })
+    }
+
+    /// What was heard: (ms since the epoch, the message).
+    fn stop(self) -> Vec<Heard> {
+        self.listening.abort();
+        std::mem::take(&mut *self.heard.lock().unwrap())
+    }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// How late each task's end was heard from the relay: ms from the end in
+/// its stored record to the last notice about it (a notice of either
+/// form: a task's id, or its views from an earlier version). Tasks whose
+/// last notice came before their end (the end was not relayed) are left
+/// out, so the count says how many ends were heard.
+fn relay_lags(heard: &[Heard], records: &[Vec<u8>]) -> Vec<u64> {
+    let mut last_heard = std::collections::HashMap::<String, u64>::new();
+    for (at, payload) in heard {
+        let Ok(envelope) = serde_json::from_slice::<Value>(payload) else {
+            continue;
+        };
+        let event = &envelope["notice"]["event"];
+        if let Some(id) = event["task_id"].as_str() {
+            let last = last_heard.entry(id.to_string()).or_default();
+            *last = (*last).max(*at);
+        }
+    }
+    records
+        .iter()
+        .filter_map(|bytes| serde_json::from_slice::<Outcome>(bytes).ok())
+        .filter_map(|task| {
+            let ended = task.ended_at_ms?;
+            let heard = *last_heard.get(&task.id)?;
+            (heard >= ended).then(|| heard - ended)
+        })
+        .collect()
+}
+
+/// Prints how late the relayed ends were heard.
+fn report_relay_lags(mut lags: Vec<u64>, tasks: usize) {
+    lags.sort_unstable();
+    let at = |p: f64| {
+        lags.get(((lags.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    println!(
+        "  task ends relayed, heard by a third process: {} of {tasks} tasks; from the stored end to the notice p50 {} ms, p99 {} ms, max {} ms",
+        lags.len(),
+        at(0.5),
+        at(0.99),
+        lags.last().copied().unwrap_or(0)
+    );
 }

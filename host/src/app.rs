@@ -57,9 +57,6 @@ impl Runner {
         let store = config.store.clone();
         let runtime = Arc::new(Runtime::new(config.store, config.cache_dir)?);
         let hub = Arc::new(Hub::default());
-        if let Some(relay) = store.relay() {
-            crate::relay::start(relay, hub.clone());
-        }
         let metrics = Arc::new(Metrics::default());
         let mut tenants = Vec::new();
         let mut tokens = BTreeMap::new();
@@ -80,6 +77,10 @@ impl Runner {
             tenants.push(Tenant::new(context, plugin));
         }
         let tenants = Arc::new(Tenants::new(tenants));
+        if let Some(relay) = store.relay() {
+            let view_of = view_of(runtime.clone(), tenants.clone());
+            crate::relay::start(relay, hub.clone(), metrics.relay_dropped(), view_of);
+        }
         let drain = Drain::default();
         let mut served = Vec::new();
         for tenant in tenants.iter() {
@@ -365,4 +366,26 @@ async fn settle_views(store: &Store, tenant: &Tenant, keeps_ended: bool) -> anyh
         );
     }
     Ok(())
+}
+
+/// How the relay reads a task another replica changed, for a follower
+/// here: through the tenant's plugin, as `tasks/get` would.
+fn view_of(runtime: Arc<Runtime>, tenants: Arc<Tenants>) -> crate::relay::ViewOf {
+    Arc::new(move |tenant, task_id| {
+        let (runtime, tenants) = (runtime.clone(), tenants.clone());
+        Box::pin(async move {
+            let tenant = tenants.get(&tenant)?;
+            match runtime.get_task(&tenant, &task_id).await {
+                Ok(Ok(view)) => Some(view),
+                Ok(Err(e)) => {
+                    tracing::debug!(task = %task_id, "relay: the changed task is not there: {e:?}");
+                    None
+                }
+                Err(fault) => {
+                    tracing::warn!(task = %task_id, "relay: reading a changed task failed: {fault}");
+                    None
+                }
+            }
+        })
+    })
 }

@@ -9,8 +9,9 @@
 //! grow with the number of tasks or streams.
 
 use crate::bindings::settle::plugin::types::{TaskStatus, TaskView};
+use prometheus_client::metrics::counter::Counter;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -18,6 +19,18 @@ use tokio::sync::mpsc;
 /// follower that falls this far behind is dropped (its stream ends, and the
 /// client listens again) rather than holding memory without bound.
 pub const FOLLOWER_BACKLOG: usize = 4096;
+
+/// Notices waiting to be relayed to the other replicas, at most. The relay
+/// publishes them in batches, far faster than tasks change, so a backlog
+/// this long means the shared store is slow or unreachable. Notices past
+/// it are dropped, counted and logged, rather than held without bound
+/// (when they were, a burst of 300,000 tasks ending on Redis queued half a
+/// GiB in each replica, docs/performance.md, twenty-second round):
+/// followers elsewhere still see the tasks' states with `tasks/get`.
+pub const RELAY_BACKLOG: usize = 16_384;
+
+/// How often at most a replica logs the notices its relay dropped.
+const DROPPED_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// One notice.
 #[derive(Clone, Debug)]
@@ -101,7 +114,65 @@ struct Follower {
 pub struct Hub {
     registry: Mutex<Registry>,
     /// Where notices go to reach the other replicas, when there are any.
-    outbox: std::sync::OnceLock<mpsc::UnboundedSender<Notice>>,
+    outbox: OnceLock<mpsc::Sender<Notice>>,
+    /// Notices the relay had no room for.
+    dropped: Dropped,
+}
+
+/// Notices dropped because the relay's backlog was full: counted for
+/// `/metrics`, and logged at most once every [`DROPPED_LOG_EVERY`] with the
+/// count since.
+#[derive(Default)]
+struct Dropped {
+    counter: OnceLock<Counter>,
+    since: Mutex<DroppedSince>,
+}
+
+#[derive(Default)]
+struct DroppedSince {
+    count: u64,
+    logged_at: Option<std::time::Instant>,
+}
+
+impl Dropped {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DroppedSince> {
+        self.since.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn note(&self) {
+        if let Some(counter) = self.counter.get() {
+            counter.inc();
+        }
+        let mut since = self.lock();
+        since.count += 1;
+        if since
+            .logged_at
+            .is_none_or(|at| at.elapsed() >= DROPPED_LOG_EVERY)
+        {
+            since.log();
+        }
+    }
+
+    /// Logs the drops not logged yet, if any.
+    fn report(&self) {
+        let mut since = self.lock();
+        if since.count > 0 {
+            since.log();
+        }
+    }
+}
+
+impl DroppedSince {
+    fn log(&mut self) {
+        tracing::warn!(
+            "relay: {} notices to other replicas dropped: {RELAY_BACKLOG} were already waiting \
+             (is the shared store slow or unreachable?); followers there see those tasks' \
+             states with tasks/get",
+            self.count
+        );
+        self.count = 0;
+        self.logged_at = Some(std::time::Instant::now());
+    }
 }
 
 /// A notice as it travels between replicas sharing a store.
@@ -117,7 +188,18 @@ pub struct Notice {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum NoticeEvent {
-    /// A task changed.
+    /// A task changed: its id only. A replica with a follower of the task
+    /// reads its view itself (`relay`); one without, which in a burst is
+    /// nearly every notice, has nothing more to do. Relaying each task's
+    /// views instead (a few KB a notice) could not keep up with a burst of
+    /// tasks ending (docs/performance.md, twenty-second round).
+    TaskChanged {
+        /// The task's id.
+        task_id: String,
+    },
+    /// A task changed, with its views: what replicas sent before
+    /// [`NoticeEvent::TaskChanged`], still delivered when one arrives
+    /// from such a replica.
     Task {
         /// The task's id.
         task_id: String,
@@ -181,17 +263,31 @@ impl Hub {
         }
     }
 
-    /// Sends every notice published here to the other replicas too.
-    pub fn relay_to(&self, outbox: mpsc::UnboundedSender<Notice>) {
+    /// Sends every notice published here to the other replicas too, through
+    /// `outbox`; a notice that finds it full is dropped ([`RELAY_BACKLOG`])
+    /// and counted in `dropped`.
+    pub fn relay_to(&self, outbox: mpsc::Sender<Notice>, dropped: Counter) {
+        let _ = self.dropped.counter.set(dropped);
         let _ = self.outbox.set(outbox);
     }
 
+    /// Logs the notices the relay dropped since it last said, if any: the
+    /// relay calls it when it has caught up, so that the last of a run of
+    /// drops is logged too, not only the first of every ten seconds.
+    pub fn report_relay_drops(&self) {
+        self.dropped.report();
+    }
+
     fn relay(&self, tenant: &str, event: NoticeEvent) {
-        if let Some(outbox) = self.outbox.get() {
-            let _ = outbox.send(Notice {
-                tenant: tenant.to_string(),
-                event,
-            });
+        let Some(outbox) = self.outbox.get() else {
+            return;
+        };
+        let notice = Notice {
+            tenant: tenant.to_string(),
+            event,
+        };
+        if let Err(mpsc::error::TrySendError::Full(_)) = outbox.try_send(notice) {
+            self.dropped.note();
         }
     }
 
@@ -199,17 +295,24 @@ impl Hub {
     pub fn publish_task(&self, tenant: &str, view: TaskView) {
         self.relay(
             tenant,
-            NoticeEvent::Task {
+            NoticeEvent::TaskChanged {
                 task_id: view.task_id.clone(),
-                status: view.status.as_str().to_string(),
-                detailed: view.detailed.clone(),
-                tool_result: view.tool_result.clone(),
             },
         );
         self.deliver_task(tenant, view);
     }
 
-    fn deliver_task(&self, tenant: &str, view: TaskView) {
+    /// Whether anyone here follows `task_id` of `tenant`.
+    pub fn follows_task(&self, tenant: &str, task_id: &str) -> bool {
+        self.lock()
+            .by_task
+            .contains_key(&(tenant.to_string(), task_id.to_string()))
+    }
+
+    /// Delivers `view` of a task of `tenant` to its followers here, and
+    /// relays nothing: for a change another replica made (see
+    /// [`NoticeEvent::TaskChanged`]).
+    pub fn deliver_task(&self, tenant: &str, view: TaskView) {
         let key = (tenant.to_string(), view.task_id.clone());
         let event = Event::Task(Arc::new(view));
         self.deliver(|r| r.by_task.get(&key).cloned().unwrap_or_default(), event);
@@ -236,10 +339,13 @@ impl Hub {
     }
 
     /// A notice another replica published: delivered to followers here,
-    /// not relayed again.
+    /// not relayed again. A [`NoticeEvent::TaskChanged`] carries no view to
+    /// deliver: the relay reads the task for its followers here, if any,
+    /// and gives the view to [`Hub::deliver_task`].
     pub fn deliver_remote(&self, notice: Notice) {
         let tenant = notice.tenant.as_str();
         match notice.event {
+            NoticeEvent::TaskChanged { .. } => {}
             NoticeEvent::Task {
                 task_id,
                 status,
@@ -442,20 +548,65 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_task_notice_crosses_replicas_with_its_status() {
+    async fn a_full_relay_drops_what_other_replicas_would_hear_and_nothing_here() {
+        let hub = Arc::new(Hub::default());
+        let (outbox, mut sent) = mpsc::channel(2);
+        let dropped = Counter::default();
+        hub.relay_to(outbox, dropped.clone());
+        let mut follower = hub.follow("t", Interest::task("c"));
+        hub.publish_task("t", view("a", true));
+        hub.publish_task("t", view("b", true));
+        hub.publish_task("t", view("c", true));
+        assert_eq!(dropped.get(), 1, "no room for the third");
+        assert_eq!(
+            follower
+                .task_ended_within(Duration::from_secs(5))
+                .await
+                .expect("followers here hear it all the same")
+                .task_id,
+            "c"
+        );
+        let relayed_id = |notice: Notice| match notice.event {
+            NoticeEvent::TaskChanged { task_id } => task_id,
+            other => panic!("not a task notice: {other:?}"),
+        };
+        assert_eq!(relayed_id(sent.recv().await.unwrap()), "a");
+        assert_eq!(relayed_id(sent.recv().await.unwrap()), "b");
+        assert!(sent.try_recv().is_err(), "the dropped one is not queued");
+
+        // Once the relay caught up, notices go again.
+        hub.publish_task("t", view("d", true));
+        assert_eq!(relayed_id(sent.recv().await.unwrap()), "d");
+        assert_eq!(dropped.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_task_change_crosses_replicas_as_its_id_and_an_older_replicas_views_still_arrive() {
         let here = Arc::new(Hub::default());
-        let (outbox, mut sent) = mpsc::unbounded_channel();
-        here.relay_to(outbox);
+        let (outbox, mut sent) = mpsc::channel(RELAY_BACKLOG);
+        here.relay_to(outbox, Counter::default());
         let mut view = view("a", true);
         view.status = TaskStatus::Cancelled;
+        view.detailed = "x".repeat(4096);
         here.publish_task("t", view);
-        let notice = sent.recv().await.unwrap();
-        let wire = serde_json::to_string(&notice).unwrap();
-        assert!(wire.contains(r#""status":"cancelled""#), "{wire}");
+        let wire = serde_json::to_string(&sent.recv().await.unwrap()).unwrap();
+        assert_eq!(
+            wire, r#"{"tenant":"t","event":{"kind":"task_changed","task_id":"a"}}"#,
+            "the id, not the views"
+        );
 
         let there = Arc::new(Hub::default());
+        assert!(!there.follows_task("t", "a"));
         let mut follower = there.follow("t", Interest::task("a"));
+        assert!(there.follows_task("t", "a"));
+        assert!(!there.follows_task("u", "a"), "another tenant's");
+        // The id alone delivers nothing: the relay reads the view.
         there.deliver_remote(serde_json::from_str(&wire).unwrap());
+        assert!(follower.receiver.try_recv().is_err());
+
+        // A replica of an earlier version sends the views, and they arrive.
+        let older = r#"{"tenant":"t","event":{"kind":"task","task_id":"a","status":"cancelled","detailed":"{}","tool_result":"{}"}}"#;
+        there.deliver_remote(serde_json::from_str(older).unwrap());
         let ended = follower
             .task_ended_within(Duration::from_secs(5))
             .await
@@ -463,7 +614,7 @@ mod tests {
         assert_eq!(ended.status, TaskStatus::Cancelled);
 
         // A status this replica does not know is dropped, not guessed.
-        let unknown = wire.replace("cancelled", "paused");
+        let unknown = older.replace("cancelled", "paused");
         there.deliver_remote(serde_json::from_str(&unknown).unwrap());
         assert!(follower.receiver.try_recv().is_err());
     }
@@ -576,8 +727,8 @@ mod tests {
         drop((task, rest));
         assert!(!hub.is_heard("t", Topic::Task("a")), "followers gone");
         assert!(!hub.is_heard("t", Topic::Resource("r")));
-        let (outbox, _sent) = mpsc::unbounded_channel();
-        hub.relay_to(outbox);
+        let (outbox, _sent) = mpsc::channel(RELAY_BACKLOG);
+        hub.relay_to(outbox, Counter::default());
         assert!(hub.is_heard("t", Topic::Task("a")), "other replicas may");
     }
 }

@@ -84,6 +84,7 @@ pub struct Metrics {
     mcp_requests: Family<RouteLabels, Counter>,
     instances: Family<InstanceLabels, Counter>,
     task_reads: Family<AnsweredLabels, Counter>,
+    relay_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -145,6 +146,12 @@ impl Default for Metrics {
             "HTTP connections closed because a request's headers (or an idle connection's next request) did not arrive within --header-read-timeout-ms",
             header_timeouts.clone(),
         );
+        let relay_dropped = Counter::default();
+        registry.register(
+            "relay_notices_dropped",
+            "Change notices not relayed to the other replicas because the relay's backlog was full (the shared store slow or unreachable)",
+            relay_dropped.clone(),
+        );
         let listen_streams = Family::<TenantLabels, Gauge>::default();
         registry.register(
             "listen_streams",
@@ -198,6 +205,7 @@ impl Default for Metrics {
             mcp_requests,
             instances,
             task_reads,
+            relay_dropped,
         }
     }
 }
@@ -275,6 +283,11 @@ impl Metrics {
     /// An HTTP connection was closed by the header-read timeout.
     pub fn header_timeout(&self) {
         self.header_timeouts.inc();
+    }
+
+    /// The counter of notices the relay had no room for ([`crate::events::Hub::relay_to`]).
+    pub fn relay_dropped(&self) -> Counter {
+        self.relay_dropped.clone()
     }
 
     /// A listen stream of `tenant` opened (`true`) or ended (`false`).
@@ -374,11 +387,13 @@ mod tests {
         m.task_read("alice", true);
         m.task_read("alice", true);
         m.task_read("alice", false);
+        m.relay_dropped().inc();
         let text = m.render();
         for line in [
             "settle_http_connections 1",
             "settle_http_connections_refused_total 1",
             "settle_http_header_timeouts_total 1",
+            "settle_relay_notices_dropped_total 1",
             r#"settle_listen_streams{tenant="alice"} 1"#,
             r#"settle_listen_refused_total{tenant="bob"} 1"#,
             r#"settle_rate_limited_total{tenant="alice"} 1"#,

@@ -1,4 +1,5 @@
 //! Several runners sharing one Redis store: any replica serves any task,
+//! a follower on any replica hears a task end whichever replica ended it,
 //! a dead replica's tasks are finished by another within one lease, Redis
 //! can restart under a running task, and no task is advanced twice.
 
@@ -64,6 +65,55 @@ async fn a_task_created_on_one_replica_is_read_and_cancelled_on_another() {
         TaskStatus::Cancelled,
         "cancelled through B, seen through A"
     );
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn a_follower_on_either_replica_hears_the_task_end_whichever_replica_ended_it() {
+    let redis = Redis::start();
+    let sim = sim(Duration::from_millis(3_000)).await;
+    let (api, store) = (sim.base_url(), redis.url());
+    let a = serve_http(&argv(&api, &store)).await;
+    let b = serve_http(&argv(&api, &store)).await;
+    let on_a = modern_http_client(&a.url, TASKS).await;
+    let id = match call(
+        &on_a,
+        "set_temperature",
+        json!({"device_id": "ac-living", "temperature": 23}),
+    )
+    .await
+    {
+        rmcp::model::CallToolResponse::Task(created) => created.task.task_id,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    // One stream on each replica. Either scheduler may end the task, so
+    // one of the two hears it from the other replica, through the relay.
+    let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let mut streams = Vec::new();
+    for (n, url) in [&a.url, &b.url].into_iter().enumerate() {
+        let mut stream = Listen::open(url, n as u64, json!({"taskIds": [id]}), caps.clone()).await;
+        let ack = stream.next(DEADLINE).await.expect("an acknowledgement");
+        assert_eq!(
+            ack["method"], "notifications/subscriptions/acknowledged",
+            "{ack}"
+        );
+        streams.push(stream);
+    }
+    for (stream, replica) in streams.iter_mut().zip(["A", "B"]) {
+        loop {
+            let message = stream
+                .next(DEADLINE)
+                .await
+                .unwrap_or_else(|| panic!("replica {replica}'s stream heard no end of {id}"));
+            assert_eq!(message["method"], "notifications/tasks", "{message}");
+            assert_eq!(message["params"]["taskId"], id.as_str(), "{message}");
+            if message["params"]["status"] != "working" {
+                assert_eq!(message["params"]["status"], "completed", "{message}");
+                break;
+            }
+        }
+    }
     a.stop().await;
     b.stop().await;
 }
