@@ -33,27 +33,54 @@ const TASKS: Declares = Declares {
     elicitation: false,
 };
 
-#[tokio::test]
-async fn a_task_created_on_one_replica_is_read_and_cancelled_on_another() {
+/// Two in-process replicas on one Redis, against a simulator whose devices
+/// act 3 s after a command. Bind every field: the simulator and Redis stop
+/// when theirs are dropped.
+struct TwoReplicas {
+    a: Server,
+    b: Server,
+    sim: device_sim::RunningSim,
+    redis: Redis,
+}
+
+async fn two_replicas() -> TwoReplicas {
     let redis = Redis::start();
     let sim = sim(Duration::from_millis(3_000)).await;
     let (api, store) = (sim.base_url(), redis.url());
-    let a = serve_http(&argv(&api, &store)).await;
-    let b = serve_http(&argv(&api, &store)).await;
-    let on_a = modern_http_client(&a.url, TASKS).await;
-    let on_b = modern_http_client(&b.url, TASKS).await;
+    TwoReplicas {
+        a: serve_http(&argv(&api, &store)).await,
+        b: serve_http(&argv(&api, &store)).await,
+        sim,
+        redis,
+    }
+}
 
-    let created = match call(
-        &on_a,
+/// Asks `client` to set ac-living to `temperature`; the task's id.
+async fn task_through(client: &Client, temperature: u32) -> String {
+    match call(
+        client,
         "set_temperature",
-        json!({"device_id": "ac-living", "temperature": 21}),
+        json!({"device_id": "ac-living", "temperature": temperature}),
     )
     .await
     {
-        rmcp::model::CallToolResponse::Task(created) => created,
+        rmcp::model::CallToolResponse::Task(created) => created.task.task_id,
         other => panic!("expected a task, got {other:?}"),
-    };
-    let id = created.task.task_id.clone();
+    }
+}
+
+#[tokio::test]
+async fn a_task_created_on_one_replica_is_read_and_cancelled_on_another() {
+    let TwoReplicas {
+        a,
+        b,
+        sim: _sim,
+        redis: _redis,
+    } = two_replicas().await;
+    let on_a = modern_http_client(&a.url, TASKS).await;
+    let on_b = modern_http_client(&b.url, TASKS).await;
+
+    let id = task_through(&on_a, 21).await;
     let seen = on_b.get_task(GetTaskParams::new(id.clone())).await.unwrap();
     assert_eq!(seen.task.status(), TaskStatus::Working);
     on_b.cancel_task(CancelTaskParams::new(id.clone()))
@@ -71,22 +98,14 @@ async fn a_task_created_on_one_replica_is_read_and_cancelled_on_another() {
 
 #[tokio::test]
 async fn a_follower_on_either_replica_hears_the_task_end_whichever_replica_ended_it() {
-    let redis = Redis::start();
-    let sim = sim(Duration::from_millis(3_000)).await;
-    let (api, store) = (sim.base_url(), redis.url());
-    let a = serve_http(&argv(&api, &store)).await;
-    let b = serve_http(&argv(&api, &store)).await;
+    let TwoReplicas {
+        a,
+        b,
+        sim: _sim,
+        redis: _redis,
+    } = two_replicas().await;
     let on_a = modern_http_client(&a.url, TASKS).await;
-    let id = match call(
-        &on_a,
-        "set_temperature",
-        json!({"device_id": "ac-living", "temperature": 23}),
-    )
-    .await
-    {
-        rmcp::model::CallToolResponse::Task(created) => created.task.task_id,
-        other => panic!("expected a task, got {other:?}"),
-    };
+    let id = task_through(&on_a, 23).await;
     // One stream on each replica. Either scheduler may end the task, so
     // one of the two hears it from the other replica, through the relay.
     let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
