@@ -13,8 +13,10 @@
 //! wait for every task to end. Once a minute it prints the runners' CPU and
 //! the simulator's sensor reads, so a runner falling behind shows; at the
 //! end, how many polls after their device acted the tasks ended, and the
-//! latest few of those over their limit. `--keep DIR` keeps the store and
-//! the logs to look into them afterwards.
+//! latest few of those over their limit. On Redis it also subscribes to the
+//! replicas' relay of change notices, as a third replica would, and prints
+//! how long after each task's stored end its notice was heard. `--keep DIR`
+//! keeps the store and the logs to look into them afterwards.
 
 use anyhow::{Context, bail, ensure};
 use clap::Parser;
@@ -527,8 +529,8 @@ async fn main() -> anyhow::Result<()> {
         })
     };
 
-    // On Redis, hear the replicas' change notices as a follower on a third
-    // process would, and time each task's end from its change to here.
+    // On Redis, hear the replicas' change notices as a third replica would,
+    // and time each task's end from its stored end to its notice here.
     let relay = match args.store.as_str() {
         "redis" => Some(RelayLag::follow(&store).await?),
         _ => None,

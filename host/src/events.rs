@@ -120,8 +120,9 @@ pub struct Hub {
 }
 
 /// Notices dropped because the relay's backlog was full: counted for
-/// `/metrics`, and logged at most once every [`DROPPED_LOG_EVERY`] with the
-/// count since.
+/// `/metrics`, and logged with the count since the last line, at most once
+/// every [`DROPPED_LOG_EVERY`] and once more when the relay has caught up
+/// ([`Hub::report_relay_drops`]).
 #[derive(Default)]
 struct Dropped {
     counter: OnceLock<Counter>,
