@@ -111,8 +111,8 @@ async fn publish(
             continue;
         }
         if connection.is_none() {
-            connection = match client.get_multiplexed_async_connection().await {
-                Ok(connection) => Some(connection),
+            match client.get_multiplexed_async_connection().await {
+                Ok(connected) => connection = Some(connected),
                 Err(e) => {
                     tracing::warn!(
                         "relay: redis unreachable ({e}); {count} notices to other replicas are \
@@ -122,11 +122,9 @@ async fn publish(
                     tokio::time::sleep(RETRY).await;
                     continue;
                 }
-            };
+            }
         }
-        let Some(conn) = connection.as_mut() else {
-            continue;
-        };
+        let conn = connection.as_mut().expect("connected just above");
         let sent: redis::RedisResult<()> = pipeline.query_async(conn).await;
         if let Err(e) = sent {
             tracing::warn!(

@@ -34,13 +34,19 @@ const TASKS: Declares = Declares {
 };
 
 /// Two in-process replicas on one Redis, against a simulator whose devices
-/// act 3 s after a command. Bind every field: the simulator and Redis stop
-/// when theirs are dropped.
+/// act 3 s after a command; the simulator and Redis live as long as this.
 struct TwoReplicas {
     a: Server,
     b: Server,
-    sim: device_sim::RunningSim,
-    redis: Redis,
+    _sim: device_sim::RunningSim,
+    _redis: Redis,
+}
+
+impl TwoReplicas {
+    async fn stop(self) {
+        self.a.stop().await;
+        self.b.stop().await;
+    }
 }
 
 async fn two_replicas() -> TwoReplicas {
@@ -50,8 +56,8 @@ async fn two_replicas() -> TwoReplicas {
     TwoReplicas {
         a: serve_http(&argv(&api, &store)).await,
         b: serve_http(&argv(&api, &store)).await,
-        sim,
-        redis,
+        _sim: sim,
+        _redis: redis,
     }
 }
 
@@ -71,14 +77,9 @@ async fn task_through(client: &Client, temperature: u32) -> String {
 
 #[tokio::test]
 async fn a_task_created_on_one_replica_is_read_and_cancelled_on_another() {
-    let TwoReplicas {
-        a,
-        b,
-        sim: _sim,
-        redis: _redis,
-    } = two_replicas().await;
-    let on_a = modern_http_client(&a.url, TASKS).await;
-    let on_b = modern_http_client(&b.url, TASKS).await;
+    let replicas = two_replicas().await;
+    let on_a = modern_http_client(&replicas.a.url, TASKS).await;
+    let on_b = modern_http_client(&replicas.b.url, TASKS).await;
 
     let id = task_through(&on_a, 21).await;
     let seen = on_b.get_task(GetTaskParams::new(id.clone())).await.unwrap();
@@ -92,25 +93,19 @@ async fn a_task_created_on_one_replica_is_read_and_cancelled_on_another() {
         TaskStatus::Cancelled,
         "cancelled through B, seen through A"
     );
-    a.stop().await;
-    b.stop().await;
+    replicas.stop().await;
 }
 
 #[tokio::test]
 async fn a_follower_on_either_replica_hears_the_task_end_whichever_replica_ended_it() {
-    let TwoReplicas {
-        a,
-        b,
-        sim: _sim,
-        redis: _redis,
-    } = two_replicas().await;
-    let on_a = modern_http_client(&a.url, TASKS).await;
+    let replicas = two_replicas().await;
+    let on_a = modern_http_client(&replicas.a.url, TASKS).await;
     let id = task_through(&on_a, 23).await;
     // One stream on each replica. Either scheduler may end the task, so
     // one of the two hears it from the other replica, through the relay.
     let caps = json!({"extensions": {"io.modelcontextprotocol/tasks": {}}});
     let mut streams = Vec::new();
-    for (n, url) in [&a.url, &b.url].into_iter().enumerate() {
+    for (n, url) in [&replicas.a.url, &replicas.b.url].into_iter().enumerate() {
         let mut stream = Listen::open(url, n as u64, json!({"taskIds": [id]}), caps.clone()).await;
         let ack = stream.next(DEADLINE).await.expect("an acknowledgement");
         assert_eq!(
@@ -133,8 +128,7 @@ async fn a_follower_on_either_replica_hears_the_task_end_whichever_replica_ended
             }
         }
     }
-    a.stop().await;
-    b.stop().await;
+    replicas.stop().await;
 }
 
 #[tokio::test]
