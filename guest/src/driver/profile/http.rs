@@ -37,13 +37,13 @@ pub struct ProfileDriver {
 impl ProfileDriver {
     fn request(
         &self,
-        endpoint: &Endpoint,
+        endpoint: Endpoint<'_>,
         device_id: Option<&str>,
         body: Option<&Json>,
     ) -> Result<Json, DriverError> {
         let path = match device_id {
             Some(id) => endpoint.path.replace("{device_id}", checked_device_id(id)?),
-            None => endpoint.path.clone(),
+            None => endpoint.path.to_string(),
         };
         let mut url = url::join(&self.base_url, &path);
         let mut bearer = None;
@@ -56,7 +56,7 @@ impl ProfileDriver {
             (_, None) => {}
         }
         exchange(&HttpRequest {
-            method: &endpoint.method,
+            method: endpoint.method,
             url: &url,
             bearer,
             json_body: body.map(|b| crate::json::text(b).into_bytes()),
@@ -70,7 +70,7 @@ impl ProfileDriver {
     }
 
     fn sensors(&self, device_id: &str) -> Result<Json, DriverError> {
-        self.request(&self.profile.sensors.endpoint, Some(device_id), None)
+        self.request(self.profile.sensors.endpoint(), Some(device_id), None)
     }
 }
 
@@ -89,7 +89,7 @@ fn query_escape(text: &str) -> String {
 
 impl Driver for ProfileDriver {
     fn list_devices(&self) -> Result<Vec<DeviceInfo>, DriverError> {
-        let body = self.request(&self.profile.list.endpoint, None, None)?;
+        let body = self.request(self.profile.list.endpoint(), None, None)?;
         self.profile.parse_devices(&body)
     }
 
@@ -112,7 +112,11 @@ impl Driver for ProfileDriver {
             }
         }
         let body = self.profile.control_body(&full)?;
-        let answer = self.request(&self.profile.control.endpoint, Some(device_id), Some(&body))?;
+        let answer = self.request(
+            self.profile.control.endpoint(),
+            Some(device_id),
+            Some(&body),
+        )?;
         Ok(Accepted {
             request_id: answer
                 .get("request_id")
