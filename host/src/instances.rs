@@ -15,6 +15,14 @@
 //! Isolation does not change: a spare has run nothing, is handed to
 //! exactly one call, and is dropped when the plugin it was made of is no
 //! longer the tenant's.
+//!
+//! Dropping a finished instance costs about as much as making one (its
+//! pool slot's memory is reset), and none of that needs the call either.
+//! So a call that ends alone **retires** its instance to the tenant's
+//! slot instead of dropping it before its answer goes out, and the task
+//! that makes the next spare drops it first, while the next call waits for
+//! its device. A retired instance is never run again; it only waits to be
+//! dropped, and counts against [`MAX_SPARES`] like a spare.
 
 use crate::bindings::McpPlugin;
 use crate::capabilities::pool::ConnectionPool;
@@ -29,10 +37,11 @@ use std::time::{Duration, Instant};
 use wasmtime::{Engine, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
-/// Spares that may wait at once, across all tenants: each holds a slot of
-/// the pooling allocator and its memory, so a runner with many tenants
-/// keeps spares only for some of them. Tenants live as long as the runner
-/// that serves them, so a spare is counted off only when it is taken.
+/// Spares and retired instances that may wait at once, across all
+/// tenants: each holds a slot of the pooling allocator and its memory, so
+/// a runner with many tenants keeps them only for some of them. Tenants
+/// live as long as the runner that serves them, so an instance is counted
+/// off only when it is taken from its slot.
 const MAX_SPARES: usize = 64;
 
 /// A fresh instance and what its call needs to judge how it ended.
@@ -145,6 +154,8 @@ pub struct Slot {
 #[derive(Default)]
 struct SlotState {
     spare: Option<Fresh>,
+    /// A finished call's instance, to be dropped off the call's path.
+    retired: Option<Store<HostState>>,
     /// A spare is being made for this slot.
     filling: bool,
     /// The plugin a spare could not be made of: not tried again until the
@@ -156,7 +167,7 @@ struct SlotState {
 /// Counts and makes the spares of every tenant.
 pub struct Spares {
     maker: Maker,
-    /// Spares waiting in slots now.
+    /// Spares and retired instances waiting in slots now.
     waiting: Arc<AtomicUsize>,
 }
 
@@ -172,7 +183,9 @@ impl Spares {
     /// The spare in `slot`, if it is an instance of `plugin`; a spare of an
     /// earlier plugin is dropped. With `refill`, the next spare is made on
     /// a task of its own (unless one is being made already, the plugin
-    /// could not be made a spare of before, or [`MAX_SPARES`] wait).
+    /// could not be made a spare of before, or [`MAX_SPARES`] wait), which
+    /// first drops the instance retired to the slot; without, that instance
+    /// is dropped here.
     pub fn take(
         &self,
         slot: &Arc<Slot>,
@@ -180,7 +193,7 @@ impl Spares {
         plugin: &Arc<Plugin>,
         refill: bool,
     ) -> Option<Fresh> {
-        let (spare, refill) = {
+        let (spare, retired, refill) = {
             let mut state = slot.state.lock().unwrap_or_else(|e| e.into_inner());
             if state
                 .refused
@@ -190,6 +203,7 @@ impl Spares {
                 state.refused = None;
             }
             let spare = state.spare.take();
+            let retired = state.retired.take();
             let refill = refill
                 && !state.filling
                 && state.refused.is_none()
@@ -197,18 +211,43 @@ impl Spares {
             if refill {
                 state.filling = true;
             }
-            (spare, refill)
+            (spare, retired, refill)
         };
-        if spare.is_some() {
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
+        let taken = usize::from(spare.is_some()) + usize::from(retired.is_some());
+        if taken > 0 {
+            let left = self
+                .waiting
+                .fetch_sub(taken, Ordering::Relaxed)
+                .saturating_sub(taken);
+            context.metrics.instances_waiting(left);
         }
         if refill {
             let (maker, waiting) = (self.maker.clone(), self.waiting.clone());
             let (slot, context, plugin) = (slot.clone(), context.clone(), plugin.clone());
-            tokio::spawn(async move { fill(maker, slot, context, plugin, waiting).await });
+            tokio::spawn(async move {
+                drop(retired);
+                fill(maker, slot, context, plugin, waiting).await
+            });
+        } else {
+            drop(retired);
         }
         // A spare of an earlier plugin is dropped here.
         spare.filter(|spare| Arc::ptr_eq(&spare.plugin, plugin))
+    }
+
+    /// Leaves the finished instance `store` in `slot` for the task that
+    /// makes the slot's next spare to drop. It is dropped now instead when
+    /// the slot already holds one, or [`MAX_SPARES`] wait.
+    pub fn retire(&self, slot: &Slot, context: &TenantContext, store: Store<HostState>) {
+        let mut state = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.retired.is_some() || self.waiting.load(Ordering::Relaxed) >= MAX_SPARES {
+            drop(state);
+            drop(store);
+            return;
+        }
+        state.retired = Some(store);
+        let waiting = self.waiting.fetch_add(1, Ordering::Relaxed) + 1;
+        context.metrics.instances_waiting(waiting);
     }
 }
 
@@ -229,7 +268,8 @@ async fn fill(
         Ok(fresh) => {
             debug_assert!(state.spare.is_none(), "a slot filled twice");
             state.spare = Some(fresh);
-            waiting.fetch_add(1, Ordering::Relaxed);
+            let waiting = waiting.fetch_add(1, Ordering::Relaxed) + 1;
+            context.metrics.instances_waiting(waiting);
         }
         Err(reason) => {
             tracing::debug!(

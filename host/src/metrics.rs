@@ -83,6 +83,7 @@ pub struct Metrics {
     rate_limited: Family<TenantLabels, Counter>,
     mcp_requests: Family<RouteLabels, Counter>,
     instances: Family<InstanceLabels, Counter>,
+    instances_waiting: Gauge,
     task_reads: Family<AnsweredLabels, Counter>,
     relay_dropped: Counter,
 }
@@ -127,6 +128,12 @@ impl Default for Metrics {
             "plugin_swaps",
             "Plugin swaps by tenant and result (loaded, refused)",
             swaps.clone(),
+        );
+        let instances_waiting = Gauge::default();
+        registry.register(
+            "plugin_instances_waiting",
+            "Plugin instances held in tenants' slots now, across tenants: spares made ahead of a call, and finished instances waiting to be dropped off their call's path",
+            instances_waiting.clone(),
         );
         let connections = Gauge::default();
         registry.register(
@@ -204,6 +211,7 @@ impl Default for Metrics {
             rate_limited,
             mcp_requests,
             instances,
+            instances_waiting,
             task_reads,
             relay_dropped,
         }
@@ -340,6 +348,14 @@ impl Metrics {
                 made: if ahead { "ahead" } else { "inline" },
             })
             .inc();
+    }
+
+    /// `n` instances wait in tenants' slots now (spares and retired ones).
+    /// Bounded by the runner; a number that only grows would be a leak of
+    /// pool slots.
+    pub fn instances_waiting(&self, n: usize) {
+        self.instances_waiting
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// A `tasks/get` of `tenant` was answered by the runner from an ended

@@ -344,6 +344,7 @@ impl Runtime {
             )
             .await;
         crate::timeline!("plugin returned");
+        call.end(&self.spares);
         outcome
     }
 
@@ -356,9 +357,12 @@ impl Runtime {
     ) -> Result<Result<RequestOutcome, CallError>, Fault> {
         let mut call = self.start(tenant, notifier).await?;
         let exports = call.instance.settle_plugin_plugin();
-        call.probe
+        let answer = call
+            .probe
             .guard("serve", exports.call_serve(&mut call.store, request))
-            .await
+            .await;
+        call.end(&self.spares);
+        answer
     }
 
     /// The `detailed` view of a task that ended, kept by the runner
@@ -387,9 +391,12 @@ impl Runtime {
     ) -> Result<Result<TaskView, TaskError>, Fault> {
         let mut call = self.start(tenant, None).await?;
         let exports = call.instance.settle_plugin_plugin();
-        call.probe
+        let view = call
+            .probe
             .guard("get-task", exports.call_get_task(&mut call.store, task_id))
-            .await
+            .await;
+        call.end(&self.spares);
+        view
     }
 
     /// Runs `update-task`.
@@ -401,12 +408,15 @@ impl Runtime {
     ) -> Result<Result<(), TaskError>, Fault> {
         let mut call = self.start(tenant, None).await?;
         let exports = call.instance.settle_plugin_plugin();
-        call.probe
+        let answer = call
+            .probe
             .guard(
                 "update-task",
                 exports.call_update_task(&mut call.store, task_id, &input_responses.to_string()),
             )
-            .await
+            .await;
+        call.end(&self.spares);
+        answer
     }
 
     /// Runs `cancel-task`.
@@ -417,12 +427,15 @@ impl Runtime {
     ) -> Result<Result<(), TaskError>, Fault> {
         let mut call = self.start(tenant, None).await?;
         let exports = call.instance.settle_plugin_plugin();
-        call.probe
+        let answer = call
+            .probe
             .guard(
                 "cancel-task",
                 exports.call_cancel_task(&mut call.store, task_id),
             )
-            .await
+            .await;
+        call.end(&self.spares);
+        answer
     }
 
     /// Runs `ui-asset`: the file of the plugin's page at `path`, if it has
@@ -430,9 +443,12 @@ impl Runtime {
     pub async fn ui_asset(&self, tenant: &Tenant, path: &str) -> Result<Option<Asset>, Fault> {
         let mut call = self.start(tenant, None).await?;
         let exports = call.instance.settle_plugin_plugin();
-        call.probe
+        let asset = call
+            .probe
             .guard("ui-asset", exports.call_ui_asset(&mut call.store, path))
-            .await
+            .await;
+        call.end(&self.spares);
+        asset
     }
 
     /// Runs `advance` for tasks of one group.
@@ -444,12 +460,15 @@ impl Runtime {
     ) -> Result<(), Fault> {
         let mut call = self.start_advance(tenant).await?;
         let exports = call.instance.settle_plugin_plugin();
-        call.probe
+        let advanced = call
+            .probe
             .guard(
                 "advance",
                 exports.call_advance(&mut call.store, group, task_ids),
             )
-            .await
+            .await;
+        call.end(&self.spares);
+        advanced
     }
 }
 
@@ -490,6 +509,29 @@ impl<'t> Call<'t> {
                 _permit: permit,
             },
         }
+    }
+
+    /// Ends the call. When the tenant has no other call in flight, its
+    /// instance is retired to the tenant's slot and dropped by the task
+    /// that makes the next spare ([`Spares::retire`]): dropping it resets
+    /// its pool slot's memory, which the answer need not wait for (the
+    /// stage from the plugin's return to the MCP answer went from 30 to
+    /// 10 µs; docs/performance.md, "Twenty-fourth round"). With other calls
+    /// in flight every core is busy, and it is dropped here.
+    ///
+    /// An instance that hit its memory limit may hold much of it, so it
+    /// is dropped here too.
+    fn end(self, spares: &Spares) {
+        let Call { store, probe, .. } = self;
+        let tenant = probe.tenant;
+        if tenant.in_flight() <= 1 && !probe.memory_hit.load(Ordering::Relaxed) {
+            // Before the permit is given back, so the tenant's next call
+            // finds it.
+            spares.retire(&tenant.spare, &tenant.context, store);
+        } else {
+            drop(store);
+        }
+        drop(probe);
     }
 }
 

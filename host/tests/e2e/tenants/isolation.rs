@@ -307,6 +307,20 @@ async fn every_call_runs_in_an_instance_that_served_no_call_before() {
         ahead >= 1,
         "no call of mallory's ran in a spare:\n{metrics}"
     );
+    // Each call, alone, retired its instance to the slot instead of
+    // dropping it before its answer, and the next call's spare-making
+    // dropped it. Twenty calls later the slot holds the last call's
+    // retired instance and at most one spare: more would be a leak of
+    // pool slots.
+    let waiting = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("settle_plugin_instances_waiting "))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no settle_plugin_instances_waiting:\n{metrics}"));
+    assert!(
+        (1..=2).contains(&waiting),
+        "{waiting} instances wait after twenty calls of one tenant:\n{metrics}"
+    );
     t.server.stop().await;
 }
 
