@@ -522,9 +522,18 @@ impl<'t> Call<'t> {
     /// An instance that hit its memory limit may hold much of it, so it
     /// is dropped here too.
     fn end(self, spares: &Spares) {
-        let Call { store, probe, .. } = self;
+        let Call {
+            mut store, probe, ..
+        } = self;
         let tenant = probe.tenant;
         if tenant.in_flight() <= 1 && !probe.memory_hit.load(Ordering::Relaxed) {
+            // What reaches outside the instance goes now, not with it: the
+            // client request's notifier (it holds the client's session) and
+            // any handle the plugin left open (an outbound exchange's
+            // connection). The instance is never run again.
+            let state = store.data_mut();
+            state.request = None;
+            drop(std::mem::take(&mut state.table));
             // Before the permit is given back, so the tenant's next call
             // finds it.
             spares.retire(&tenant.spare, &tenant.context, store);
