@@ -21,7 +21,7 @@ pub mod tasks;
 
 use crate::driver::Driver;
 use crate::driver::homeassistant::HomeAssistant;
-use crate::driver::profile::{Profile, ProfileDriver, SIM_PROFILE};
+use crate::driver::profile::{self, Profile, ProfileDriver};
 use crate::platform::Platform;
 use crate::settings::Settings;
 use crate::store::Store;
@@ -116,8 +116,7 @@ fn build_driver(
     platform: &dyn Platform,
     settings: &mut Settings,
 ) -> Result<Box<dyn Driver>, String> {
-    let mut profile = |text: &str| -> Result<Box<dyn Driver>, String> {
-        let profile = Profile::parse(text)?;
+    let mut driver_of = |profile: Profile| -> Result<Box<dyn Driver>, String> {
         if let Some(timing) = &profile.timing {
             if let (Some(ms), None) = (
                 timing.settle_window_ms,
@@ -138,12 +137,14 @@ fn build_driver(
         }))
     };
     match settings.driver.as_str() {
-        "sim" => profile(SIM_PROFILE),
+        // Built, not parsed: a fresh instance would parse it on every call
+        // (`profile::sim`).
+        "sim" => driver_of(profile::sim()),
         "profile" => {
             let text = settings.device_profile.clone().ok_or(
                 "plugin configuration: driver \"profile\" needs device_profile (the profile's JSON)",
             )?;
-            profile(&text)
+            driver_of(Profile::parse(&text)?)
         }
         "homeassistant" => Ok(Box::new(HomeAssistant {
             base_url: settings.device_api.clone(),

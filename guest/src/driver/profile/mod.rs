@@ -12,8 +12,10 @@
 //! the format and the mapping between model and device spellings;
 //! [`http`] speaks it to the API.
 
+mod builtin;
 mod http;
 
+pub use builtin::sim;
 pub use http::ProfileDriver;
 
 use super::{DeviceInfo, DriverError, Reading};
@@ -22,7 +24,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value as Json};
 use std::collections::BTreeMap;
 
-/// The simulator's API (`device-api.md`) as a profile.
+/// The simulator's API (`device-api.md`) as a profile: its readable
+/// form. The plugin runs the same profile built as values ([`sim`]), which
+/// a test holds equal to this text.
 pub const SIM_PROFILE: &str = include_str!("../../../../profiles/sim.json");
 
 /// How requests prove who is asking.
@@ -53,7 +57,7 @@ fn get() -> String {
 }
 
 /// Where the device list is, and where each device's fields are in it.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ListSpec {
     #[serde(default = "get")]
@@ -68,7 +72,7 @@ pub struct ListSpec {
 }
 
 /// The control request.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ControlSpec {
     #[serde(default = "get")]
@@ -104,7 +108,7 @@ fn empty_object() -> Json {
 }
 
 /// The sensor request and the device-wide parts of its answer.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct SensorSpec {
     #[serde(default = "get")]
@@ -117,7 +121,7 @@ pub struct SensorSpec {
 }
 
 /// One model value's spellings.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Spelling {
     /// What is written.
@@ -130,7 +134,7 @@ pub struct Spelling {
 /// A field's model values and their spellings, in the order the profile
 /// gives them. A handful per field: a list searched in order costs less
 /// than a hash map to build, and the profile is read on every call.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Spellings(Vec<(String, Spelling)>);
 
 impl Spellings {
@@ -194,7 +198,7 @@ impl<'de> Deserialize<'de> for Spellings {
 }
 
 /// A numeric field.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NumberSpec {
     pub min: f64,
@@ -212,7 +216,7 @@ fn one() -> f64 {
 }
 
 /// One field of the model on this API.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FieldProfile {
     /// Pointer into the control body.
@@ -241,7 +245,7 @@ pub struct TimingSpec {
 }
 
 /// A whole profile.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     pub name: String,
