@@ -129,7 +129,7 @@ reported instead.";
             arguments: &arguments,
         };
         let platform = WasiPlatform::open().map_err(CallError::Internal)?;
-        let ctx = Context::load(&platform).map_err(CallError::Internal)?;
+        let ctx = kept(Context::load(&platform).map_err(CallError::Internal)?);
         match tools::call(&ctx, &request.name, &arguments, &caller) {
             Ok(Output::Result(result)) => Ok(CallOutcome::Complete(json::text(&result))),
             Ok(Output::Task(record)) => Ok(CallOutcome::Task(task_view(&record))),
@@ -150,7 +150,7 @@ reported instead.";
     fn serve(request: McpRequest) -> Result<RequestOutcome, CallError> {
         let params: Json = serde_json::from_str(&request.params).unwrap_or_else(|_| json!({}));
         let platform = WasiPlatform::open().map_err(CallError::Internal)?;
-        let ctx = Context::load(&platform).map_err(CallError::Internal)?;
+        let ctx = kept(Context::load(&platform).map_err(CallError::Internal)?);
         resources::serve(&ctx, &request.method, &params)
             .map(|result| RequestOutcome::Complete(json::text(&result)))
             .map_err(|e| match e {
@@ -170,7 +170,7 @@ reported instead.";
     fn update_task(task_id: String, input_responses: String) -> Result<(), TaskError> {
         let responses: Json = serde_json::from_str(&input_responses).unwrap_or_else(|_| json!({}));
         let platform = WasiPlatform::open().map_err(TaskError::Internal)?;
-        let ctx = Context::load(&platform).map_err(TaskError::Internal)?;
+        let ctx = kept(Context::load(&platform).map_err(TaskError::Internal)?);
         app::answers::deliver(&ctx, &task_id, &responses).map_err(task_error)
     }
 
@@ -183,7 +183,7 @@ reported instead.";
 
     fn advance(group: String, task_ids: Vec<String>) {
         let outcome = WasiPlatform::open().and_then(|platform| {
-            let ctx = Context::load(&platform)?;
+            let ctx = kept(Context::load(&platform)?);
             app::advance::run(&ctx, &group, &task_ids)
         });
         if let Err(e) = outcome {
@@ -198,6 +198,18 @@ reported instead.";
             body: a.body.to_vec(),
         })
     }
+}
+
+/// A call's context, never torn down. Each call runs in a fresh instance
+/// that the runner throws away afterwards (`wit/world.wit`), so freeing
+/// the settings, the driver with its profile and the store value by value
+/// at the end of a call is work nobody needs: it was about 7 µs of a
+/// `get_device_state` (docs/performance.md, "Twenty-fifth round").
+/// Nothing in a context acts when dropped (it holds no resource handle:
+/// those are the platform's, dropped as before).
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+fn kept(ctx: Context<'_>) -> std::mem::ManuallyDrop<Context<'_>> {
+    std::mem::ManuallyDrop::new(ctx)
 }
 
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
