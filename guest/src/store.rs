@@ -674,23 +674,25 @@ impl<'p> Store<'p> {
         reading: &Reading,
         now_ms: u64,
     ) -> Result<bool, String> {
-        let fresh = LastReading {
-            fields: reading.values.keys().copied().collect(),
-            state: state_digest(reading),
-            values: reading.values.clone(),
-            online: reading.online,
-            at_ms: now_ms,
-        };
+        let state = state_digest(reading);
         cas_update(self.platform.kv(), &readable_key(device_id), |current| {
             // Reads are frequent and the state rarely changes: write when it
             // did, or when the remembered reading grows stale. Deciding
-            // needs only two of the remembered fields.
+            // needs only two of the remembered fields, and the record is
+            // built only to be written.
             let old = current.and_then(|c| serde_json::from_slice::<Remembered>(c).ok());
-            let changed = old.as_ref().is_none_or(|o| o.state != fresh.state);
+            let changed = old.as_ref().is_none_or(|o| o.state != state);
             let stale = old
                 .as_ref()
                 .is_none_or(|o| now_ms.saturating_sub(o.at_ms) >= REFRESH_AFTER_MS);
             Ok(if changed || stale {
+                let fresh = LastReading {
+                    fields: reading.values.keys().copied().collect(),
+                    state: state.clone(),
+                    values: reading.values.clone(),
+                    online: reading.online,
+                    at_ms: now_ms,
+                };
                 let bytes = serde_json::to_vec(&fresh).expect("readings serialize");
                 CasUpdate::Write(bytes, changed)
             } else {

@@ -661,8 +661,15 @@ fn horizon(estimate: Option<Estimate>, timing: &Timing) -> u64 {
 }
 
 /// A digest of a reading's state, to notice a change without keeping it.
+///
+/// The text hashed is the reading's Debug form, as it always was (stored
+/// digests stay valid), written straight into the hash: every read of a
+/// device computes it.
 pub fn state_digest(reading: &Reading) -> String {
-    crate::question::digest(&format!("{:?}|{:?}", reading.online, reading.values))
+    use std::fmt::Write;
+    let mut hash = crate::stable_hash::Fnv1a::new();
+    write!(hash, "{:?}|{:?}", reading.online, reading.values).expect("hashing cannot fail");
+    format!("{:016x}", hash.finish())
 }
 
 fn cap_tasks(tasks: &mut Vec<String>) {

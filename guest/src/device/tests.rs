@@ -334,3 +334,18 @@ fn a_device_takes_so_many_commands_a_minute_and_says_when_the_next_may_go() {
         assert_eq!(unlimited.admit_command(i, 0, &to(i as f64)), Ok(()));
     }
 }
+
+/// Digests stored by earlier versions (the Debug text gathered in a
+/// `String`, then hashed) still match the same state: an upgrade tells no
+/// subscriber of a change that did not happen.
+#[test]
+fn a_state_digest_is_the_one_earlier_versions_stored() {
+    let mut r = reading(24.5);
+    r.values.insert(Field::Mode, Value::choice("cool"));
+    for online in [true, false] {
+        r.online = online;
+        let earlier = crate::question::digest(&format!("{:?}|{:?}", r.online, r.values));
+        assert_eq!(state_digest(&r), earlier);
+    }
+    assert_ne!(state_digest(&reading(24.5)), state_digest(&reading(25.0)));
+}
