@@ -203,8 +203,10 @@ reported instead.";
 /// A call's context, never torn down. Each call runs in a fresh instance
 /// that the runner throws away afterwards (`wit/world.wit`), so freeing
 /// the settings, the driver with its profile and the store value by value
-/// at the end of a call is work nobody needs: it was about 7 µs of a
-/// `get_device_state` (docs/performance.md, "Twenty-fifth round").
+/// at the end of a call is work nobody needs: the twenty-third round's
+/// profile put it at 7 µs of a `get_device_state`, and leaving it undone
+/// saved 3 to 4 µs at the median (docs/performance.md, "Twenty-fifth
+/// round").
 /// Nothing in a context acts when dropped (it holds no resource handle:
 /// those are the platform's, dropped as before).
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]

@@ -2,8 +2,9 @@
 //!
 //! Every call runs in a fresh instance, so a profile given as text is
 //! parsed on every call: for `sim` that parse was the plugin's largest
-//! single cost (about 23 µs of the 80 a `get_device_state` spends in the
-//! plugin, docs/performance.md, "Twenty-fifth round"). [`sim`] builds the
+//! single cost (about 23 µs of the 80 a `get_device_state` spent in the
+//! plugin in the twenty-third round's profile; building it instead cut
+//! about 15 µs, docs/performance.md, "Twenty-fifth round"). [`sim`] builds the
 //! same [`Profile`] directly. `profiles/sim.json` ([`SIM_PROFILE`]) stays
 //! the profile's readable form and the source of truth: a test checks
 //! that the two are equal, so neither can change alone.
