@@ -82,6 +82,10 @@ struct Args {
     /// tasks are then checked as usual. Embedded store only.
     #[arg(long)]
     crash: bool,
+    /// The device plugin to run instead of the one `make build` made: to
+    /// compare two builds of the plugin on the same runner.
+    #[arg(long, value_name = "WASM")]
+    plugin: Option<PathBuf>,
 }
 
 impl Args {
@@ -361,7 +365,10 @@ async fn main() -> anyhow::Result<()> {
         return verdict.into_result();
     }
     let root = root();
-    let plugin = root.join("target/wasm32-wasip2/release/settle_devices.wasm");
+    let plugin = args
+        .plugin
+        .clone()
+        .unwrap_or_else(|| root.join("target/wasm32-wasip2/release/settle_devices.wasm"));
     let settle = root.join("target/release/settle");
     let sim_binary = root.join("target/release/device-sim");
     for path in [&plugin, &settle, &sim_binary] {
