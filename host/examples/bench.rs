@@ -983,6 +983,11 @@ async fn profile(
         Ok("rmcp") => Route::Rmcp,
         _ => Route::Direct,
     };
+    // `BENCH_CALL=set_temperature`: profile creation, rounds of one
+    // command to each of the 1,000 devices.
+    if std::env::var("BENCH_CALL").is_ok_and(|c| c == "set_temperature") {
+        return profile_creation(&url, seconds, concurrency).await;
+    }
     // `BENCH_CALL=tasks/get`: profile `tasks/get` of 1,000 ended tasks.
     let tasks = if std::env::var("BENCH_CALL").is_ok_and(|c| c == "tasks/get") {
         let ids = Arc::new(create_tasks(&url, 1_000, 8, 24.0).await?);
@@ -1013,6 +1018,34 @@ async fn profile(
         micros(l.p50),
         micros(l.p99),
         l.n
+    );
+    Ok(())
+}
+
+/// Creation for a profiler: rounds of one `set_temperature` to each of
+/// the 1,000 devices, the target changing every round, until `seconds`
+/// have passed. The devices act within 100 ms, so by the time a round
+/// comes back to a device its last task has mostly ended: the mix of
+/// creation, polls and completions a busy runner sees.
+async fn profile_creation(url: &str, seconds: u64, concurrency: usize) -> anyhow::Result<()> {
+    println!(
+        "profiling: set_temperature at concurrency {concurrency} for {seconds} s (pid {})",
+        std::process::id()
+    );
+    let (start, mut created) = (Instant::now(), 0);
+    for round in 0.. {
+        if start.elapsed() >= Duration::from_secs(seconds) {
+            break;
+        }
+        let temperature = if round % 2 == 0 { 22.0 } else { 23.0 };
+        created += create_tasks(url, 1_000, concurrency, temperature)
+            .await?
+            .len();
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    println!(
+        "  created {created} tasks in {elapsed:.1} s ({:.0}/s)",
+        created as f64 / elapsed
     );
     Ok(())
 }
