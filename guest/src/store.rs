@@ -90,8 +90,27 @@ struct LastReading {
 #[derive(Deserialize)]
 struct Remembered {
     state: String,
+    /// Absent in records written before readings kept their values; such
+    /// a record is compared by its digest.
+    #[serde(default)]
+    values: Option<BTreeMap<Field, Value>>,
+    #[serde(default)]
+    online: bool,
     #[serde(default)]
     at_ms: u64,
+}
+
+impl Remembered {
+    /// Whether `reading` shows another state than this record. The values
+    /// themselves are compared where the record has them: that is cheaper
+    /// than the reading's digest (its Debug text, hashed), which is then
+    /// only made to be written.
+    fn differs_from(&self, reading: &Reading) -> bool {
+        match &self.values {
+            Some(values) => self.online != reading.online || *values != reading.values,
+            None => self.state != state_digest(reading),
+        }
+    }
 }
 
 /// A remembered reading is refreshed in the store once it is this old, even
@@ -674,21 +693,19 @@ impl<'p> Store<'p> {
         reading: &Reading,
         now_ms: u64,
     ) -> Result<bool, String> {
-        let state = state_digest(reading);
         cas_update(self.platform.kv(), &readable_key(device_id), |current| {
             // Reads are frequent and the state rarely changes: write when it
-            // did, or when the remembered reading grows stale. Deciding
-            // needs only two of the remembered fields, and the record is
-            // built only to be written.
+            // did, or when the remembered reading grows stale. The record,
+            // and its digest, are built only to be written.
             let old = current.and_then(|c| serde_json::from_slice::<Remembered>(c).ok());
-            let changed = old.as_ref().is_none_or(|o| o.state != state);
+            let changed = old.as_ref().is_none_or(|o| o.differs_from(reading));
             let stale = old
                 .as_ref()
                 .is_none_or(|o| now_ms.saturating_sub(o.at_ms) >= REFRESH_AFTER_MS);
             Ok(if changed || stale {
                 let fresh = LastReading {
                     fields: reading.values.keys().copied().collect(),
-                    state: state.clone(),
+                    state: state_digest(reading),
                     values: reading.values.clone(),
                     online: reading.online,
                     at_ms: now_ms,
@@ -762,6 +779,66 @@ mod tests {
         let mut record = TaskRecord::new("t1".into(), "set_power", "ac-1", vec![], timing(), 1_000);
         record.format = format;
         serde_json::to_value(&record).unwrap()
+    }
+
+    #[test]
+    fn a_reading_is_a_change_when_its_values_or_presence_differ_and_old_records_by_digest() {
+        use crate::platform::memory::MemoryPlatform;
+        let platform = MemoryPlatform::new(1_000, &[]);
+        let store = Store::new(&platform);
+        let reading = |target: f64, online: bool| {
+            let mut values = BTreeMap::new();
+            values.insert(Field::TargetTemperature, Value::Number(target));
+            values.insert(Field::Mode, Value::Choice("cool".into()));
+            Reading {
+                online,
+                values,
+                ..Reading::default()
+            }
+        };
+        let stored = || -> serde_json::Value {
+            let bytes = platform.kv().get(&readable_key("ac-1")).unwrap().unwrap();
+            serde_json::from_slice(&bytes).unwrap()
+        };
+        assert!(
+            store
+                .remember_reading("ac-1", &reading(22.0, true), 1_000)
+                .unwrap()
+        );
+        assert!(
+            !store
+                .remember_reading("ac-1", &reading(22.0, true), 1_100)
+                .unwrap()
+        );
+        assert!(
+            store
+                .remember_reading("ac-1", &reading(23.0, true), 1_200)
+                .unwrap()
+        );
+        assert!(
+            store
+                .remember_reading("ac-1", &reading(23.0, false), 1_300)
+                .unwrap()
+        );
+        // What is written still carries the digest earlier versions compare.
+        assert_eq!(stored()["state"], state_digest(&reading(23.0, false)));
+        // A record from before readings kept their values: its digest decides.
+        let old = serde_json::json!({"fields": ["mode", "target_temperature"],
+            "state": state_digest(&reading(23.0, false)), "at_ms": 1_300});
+        platform
+            .kv()
+            .set_many(&[(readable_key("ac-1"), old.to_string().into_bytes())])
+            .unwrap();
+        assert!(
+            !store
+                .remember_reading("ac-1", &reading(23.0, false), 1_400)
+                .unwrap()
+        );
+        assert!(
+            store
+                .remember_reading("ac-1", &reading(24.0, false), 1_500)
+                .unwrap()
+        );
     }
 
     #[test]
