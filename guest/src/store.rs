@@ -800,26 +800,15 @@ mod tests {
             let bytes = platform.kv().get(&readable_key("ac-1")).unwrap().unwrap();
             serde_json::from_slice(&bytes).unwrap()
         };
-        assert!(
+        let changes = |target: f64, online: bool, at_ms: u64| {
             store
-                .remember_reading("ac-1", &reading(22.0, true), 1_000)
+                .remember_reading("ac-1", &reading(target, online), at_ms)
                 .unwrap()
-        );
-        assert!(
-            !store
-                .remember_reading("ac-1", &reading(22.0, true), 1_100)
-                .unwrap()
-        );
-        assert!(
-            store
-                .remember_reading("ac-1", &reading(23.0, true), 1_200)
-                .unwrap()
-        );
-        assert!(
-            store
-                .remember_reading("ac-1", &reading(23.0, false), 1_300)
-                .unwrap()
-        );
+        };
+        assert!(changes(22.0, true, 1_000));
+        assert!(!changes(22.0, true, 1_100));
+        assert!(changes(23.0, true, 1_200));
+        assert!(changes(23.0, false, 1_300));
         // What is written still carries the digest earlier versions compare.
         assert_eq!(stored()["state"], state_digest(&reading(23.0, false)));
         // A record from before readings kept their values: its digest decides.
@@ -829,16 +818,8 @@ mod tests {
             .kv()
             .set_many(&[(readable_key("ac-1"), old.to_string().into_bytes())])
             .unwrap();
-        assert!(
-            !store
-                .remember_reading("ac-1", &reading(23.0, false), 1_400)
-                .unwrap()
-        );
-        assert!(
-            store
-                .remember_reading("ac-1", &reading(24.0, false), 1_500)
-                .unwrap()
-        );
+        assert!(!changes(23.0, false, 1_400));
+        assert!(changes(24.0, false, 1_500));
     }
 
     #[test]
