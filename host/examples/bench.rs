@@ -950,9 +950,10 @@ async fn notification_delay(url: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--profile SECONDS [CONCURRENCY]`: only `get_device_state`, at
-/// concurrency 1 unless told otherwise, for that long, so a profiler
-/// attached to the process sees one kind of call.
+/// `--profile SECONDS [CONCURRENCY]`: one kind of call only
+/// (`get_device_state`, or what `BENCH_CALL` names: `tasks/get` or
+/// `set_temperature`), at concurrency 1 unless told otherwise, for that
+/// long, so a profiler attached to the process sees one kind of call.
 fn profile_seconds() -> Option<(u64, usize)> {
     let args: Vec<String> = std::env::args().collect();
     let at = args.iter().position(|a| a == "--profile")?;
