@@ -19,6 +19,7 @@ pub use builtin::sim;
 pub use http::ProfileDriver;
 
 use super::{DeviceInfo, DriverError, Reading};
+use crate::json;
 use crate::model::{Allowed, Comparison, Field, FieldSpec, Value};
 use serde::Deserialize;
 use serde_json::{Map, Value as Json};
@@ -484,7 +485,7 @@ impl Profile {
     /// Reads a sensor answer into model spelling. A field without a `read`
     /// pointer, or whose pointer finds nothing, is left out: unverifiable.
     pub fn parse_sensors(&self, body: &Json) -> Result<Reading, DriverError> {
-        let at = |pointer: &Option<String>| pointer.as_ref().and_then(|p| body.pointer(p));
+        let at = |pointer: &Option<String>| pointer.as_ref().and_then(|p| json::pointer(body, p));
         let mut reading = Reading {
             online: at(&self.sensors.online)
                 .map(|v| v.as_bool().unwrap_or(true))
@@ -561,7 +562,7 @@ impl Profile {
                         let from_device = spec
                             .allowed_from
                             .as_ref()
-                            .and_then(|p| sensors.and_then(|s| s.pointer(p)))
+                            .and_then(|p| sensors.and_then(|s| json::pointer(s, p)))
                             .map(|listed| {
                                 let raws: Vec<Json> = match listed {
                                     Json::Array(items) => items.clone(),
@@ -595,8 +596,7 @@ impl Profile {
 
     /// The device list answer.
     pub fn parse_devices(&self, body: &Json) -> Result<Vec<DeviceInfo>, DriverError> {
-        let items = body
-            .pointer(&self.list.items)
+        let items = json::pointer(body, &self.list.items)
             .and_then(Json::as_array)
             .ok_or_else(|| {
                 DriverError::BadResponse(format!("device list has no array at {}", self.list.items))
@@ -606,7 +606,7 @@ impl Profile {
             .map(|item| {
                 let text = |p: &Option<String>| {
                     p.as_ref()
-                        .and_then(|p| item.pointer(p))
+                        .and_then(|p| json::pointer(item, p))
                         .and_then(Json::as_str)
                         .map(str::to_string)
                 };
