@@ -365,6 +365,13 @@ async fn main() -> anyhow::Result<()> {
         return verdict.into_result();
     }
     let root = root();
+    if let Some(plugin) = &args.plugin {
+        ensure!(
+            plugin.exists(),
+            "--plugin {}: no such file",
+            plugin.display()
+        );
+    }
     let plugin = args
         .plugin
         .clone()
